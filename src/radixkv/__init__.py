@@ -1,0 +1,44 @@
+"""radixkv: the radix-tree KV prefix cache of LLM serving engines, formally specified.
+
+The public API follows the seed documents (pymllm ``mem_cache``); semantics are in SPEC.md.
+"""
+
+from radixkv.allocator import DoubleFreeError, KVIndexAllocator
+from radixkv.base import (
+    BasePrefixCache,
+    EvictResult,
+    InsertResult,
+    MatchResult,
+    RadixKey,
+)
+from radixkv.errors import (
+    InvariantViolation,
+    LockError,
+    RadixKVError,
+    TokenTypeError,
+    UsageError,
+)
+from radixkv.hashing import hash_bytes, hash_to_int64, hash_token_ids, namespace_seed
+from radixkv.radix_cache import RadixCache
+from radixkv.tree import TreeNode
+
+__all__ = [
+    "BasePrefixCache",
+    "DoubleFreeError",
+    "EvictResult",
+    "InsertResult",
+    "InvariantViolation",
+    "KVIndexAllocator",
+    "LockError",
+    "MatchResult",
+    "RadixCache",
+    "RadixKVError",
+    "RadixKey",
+    "TokenTypeError",
+    "TreeNode",
+    "UsageError",
+    "hash_bytes",
+    "hash_to_int64",
+    "hash_token_ids",
+    "namespace_seed",
+]

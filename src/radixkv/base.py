@@ -1,0 +1,121 @@
+"""The seed's shared data types: RadixKey, the three result records and BasePrefixCache."""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from radixkv.errors import TokenTypeError
+from radixkv.tokens import Token
+
+
+class RadixKey:
+    """A token-id sequence plus an optional namespace tag (``extra_key``).
+
+    Keys with different ``extra_key`` values (``None`` and ``""`` included) never share a
+    node, a match or a page hash: the tag isolates LoRA adapters, multimodal contexts and
+    tenants. The token list is held by reference, as given.
+    """
+
+    __slots__ = ("extra_key", "token_ids")
+
+    def __init__(self, token_ids: Sequence[Token], extra_key: str | None = None) -> None:
+        if extra_key is not None and not isinstance(extra_key, str):
+            raise TokenTypeError(f"extra_key must be a str or None, got {type(extra_key).__name__}")
+        self.token_ids = token_ids
+        self.extra_key = extra_key
+
+    def __len__(self) -> int:
+        return len(self.token_ids)
+
+    def __iter__(self) -> Iterator[Token]:
+        return iter(self.token_ids)
+
+    def __getitem__(self, idx: int | slice) -> RadixKey:
+        if isinstance(idx, slice):
+            return RadixKey(self.token_ids[idx], self.extra_key)
+        return RadixKey([self.token_ids[idx]], self.extra_key)
+
+    def __repr__(self) -> str:
+        return f"RadixKey(token_ids={list(self.token_ids)!r}, extra_key={self.extra_key!r})"
+
+
+def empty_indices(device: torch.device) -> torch.Tensor:
+    return torch.empty(0, dtype=torch.int64, device=device)
+
+
+@dataclass
+class MatchResult:
+    """Returned by ``match_prefix``: the cached KV indices of the longest cached prefix."""
+
+    indices: torch.Tensor
+    last_node: Any = None
+    prefix_len: int = 0
+    mamba_branching_seqlen: int | None = None
+
+
+@dataclass
+class InsertResult:
+    """Returned by ``insert``: how many leading tokens were cached already, and the end node."""
+
+    prefix_len: int = 0
+    last_node: Any = None
+    mamba_exist: bool = False
+
+
+@dataclass
+class EvictResult:
+    """Returned by ``evict``: exact counts of what was freed."""
+
+    full_evicted: int = 0
+    swa_evicted: int = 0
+    mamba_evicted: int = 0
+
+
+class BasePrefixCache(abc.ABC):
+    """The interface every prefix cache implements (RadixCache, ChunkCache, MambaRadixCache)."""
+
+    @abc.abstractmethod
+    def reset(self) -> None:
+        """Clear all cached state."""
+
+    @abc.abstractmethod
+    def match_prefix(self, key: RadixKey) -> MatchResult:
+        """Find the longest cached prefix of ``key``."""
+
+    @abc.abstractmethod
+    def insert(
+        self, key: RadixKey, value: torch.Tensor | None = None, **kwargs: Any
+    ) -> InsertResult:
+        """Insert ``key`` with its KV indices ``value``."""
+
+    @abc.abstractmethod
+    def evict(self, num_tokens: int, swa_num_tokens: int = 0) -> EvictResult:
+        """Free at least ``num_tokens`` tokens of unlocked cache, or all that can be freed."""
+
+    @abc.abstractmethod
+    def inc_lock_ref(self, node: Any) -> Any | None:
+        """Protect ``node`` and its ancestors from eviction; returns a token for unlocking."""
+
+    @abc.abstractmethod
+    def dec_lock_ref(self, node: Any, **kwargs: Any) -> None:
+        """Undo one ``inc_lock_ref(node)``."""
+
+    def evictable_size(self) -> int:
+        return 0
+
+    def swa_evictable_size(self) -> int:
+        return 0
+
+    def protected_size(self) -> int:
+        return 0
+
+    def swa_protected_size(self) -> int:
+        return 0
+
+    def total_size(self) -> int:
+        return 0

@@ -1,0 +1,103 @@
+"""``check_tree``: every structural invariant of SPEC.md, checked on a live tree.
+
+An expensive no-op for tests and state machines. Each failure names its ``INV-n`` id, the
+same id the spec and the harness use.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import torch
+
+from radixkv.errors import InvariantViolation
+from radixkv.hashing import chain_page_hashes, namespace_seed
+from radixkv.tree import TreeNode, child_key
+
+if TYPE_CHECKING:
+    from radixkv.radix_cache import RadixCache
+
+
+def require(inv_id: str, condition: bool, message: str) -> None:
+    if not condition:
+        raise InvariantViolation(inv_id, message)
+
+
+def check_tree(cache: RadixCache) -> None:
+    root = cache.root
+    require("INV-1", root.parent is None and len(root) == 0, "root has a parent or a key")
+    require("INV-1", root.value is not None and root.lock_ref >= 1, "root evicted or unlocked")
+    evictable = protected = 0
+    values: list[torch.Tensor] = []
+    ids = {root.id}
+    stack = [(child, root) for child in root.children.values()]
+    while stack:
+        node, parent = stack.pop()
+        _check_node(cache, node, parent)
+        require("INV-1", node.id not in ids, f"node id {node.id} used twice")
+        ids.add(node.id)
+        assert node.value is not None
+        values.append(node.value)
+        if node.lock_ref == 0:
+            evictable += len(node)
+        else:
+            protected += len(node)
+        stack.extend((child, node) for child in node.children.values())
+    require(
+        "INV-6",
+        cache.evictable_size() == evictable,
+        f"evictable {cache.evictable_size()} != {evictable}",
+    )
+    require(
+        "INV-6",
+        cache.protected_size() == protected,
+        f"protected {cache.protected_size()} != {protected}",
+    )
+    if values:
+        every = torch.cat(values)
+        require("INV-7", torch.unique(every).numel() == every.numel(), "an index is in two nodes")
+
+
+def _check_node(cache: RadixCache, node: TreeNode, parent: TreeNode) -> None:
+    p = cache.page_size
+    n = len(node)
+    require("INV-2", n > 0 and n % p == 0, f"node {node.id} key length {n} (page_size {p})")
+    value = node.value
+    require("INV-3", value is not None, f"evicted node {node.id} is reachable")
+    assert value is not None
+    require(
+        "INV-2",
+        value.dim() == 1 and value.dtype == torch.int64 and value.numel() == n,
+        f"node {node.id} value {value.dtype}{tuple(value.shape)} for {n} tokens",
+    )
+    edge = child_key(node.extra_key, node.tokens, 0, p)
+    require("INV-3", node.parent is parent, f"node {node.id} parent pointer")
+    require("INV-3", parent.children.get(edge) is node, f"node {node.id} child key {edge}")
+    if parent.parent is not None:
+        require("INV-4", node.extra_key == parent.extra_key, f"node {node.id} namespace")
+    below = sum(child.lock_ref for child in node.children.values())
+    require("INV-5", node.held_locks >= 0, f"node {node.id} held_locks {node.held_locks}")
+    require(
+        "INV-5",
+        node.lock_ref == node.held_locks + below,
+        f"node {node.id} lock_ref {node.lock_ref} != held {node.held_locks} + children {below}",
+    )
+    require(
+        "INV-8",
+        parent.last_access_time >= node.last_access_time,
+        f"node {node.id} is more recent than its parent",
+    )
+    _check_hashes(node, parent, p)
+
+
+def _check_hashes(node: TreeNode, parent: TreeNode, page_size: int) -> None:
+    if node.hash_values is None:
+        return
+    if parent.parent is None:
+        prior = namespace_seed(node.extra_key)
+    else:
+        require("INV-9", parent.hash_values is not None, f"node {node.id} hashed before parent")
+        assert parent.hash_values is not None
+        prior = parent.hash_values[-1]
+    expected = chain_page_hashes(node.tokens, page_size, prior)
+    require("INV-9", node.hash_values == expected, f"node {node.id} page hashes are stale")

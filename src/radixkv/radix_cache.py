@@ -1,0 +1,361 @@
+"""RadixCache: the radix-tree KV prefix cache (SPEC.md; DECISIONS.md §2).
+
+Keys and values are page aligned, namespaces (``extra_key``) never share a node, recency is
+a logical clock, eviction deletes whole unlocked leaves least recently used first, and a
+lock is a handle: every ``dec_lock_ref`` must answer an ``inc_lock_ref`` on the same node.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections.abc import Callable, Iterator
+from typing import Any, Protocol
+
+import torch
+
+from radixkv.base import (
+    BasePrefixCache,
+    EvictResult,
+    InsertResult,
+    MatchResult,
+    RadixKey,
+    empty_indices,
+)
+from radixkv.errors import LockError, TokenTypeError, UsageError
+from radixkv.hashing import chain_page_hashes, namespace_seed
+from radixkv.invariants import check_tree
+from radixkv.tokens import Tokens, common_prefix_len, page_align, require_int, validate_tokens
+from radixkv.tree import TreeNode, child_key, iter_subtree, path_to_root, split_node
+
+
+class KVAllocator(Protocol):
+    """What the cache needs from a KV pool: somewhere to return freed indices."""
+
+    def free(self, indices: torch.Tensor) -> None: ...
+
+
+class RadixCache(BasePrefixCache):
+    """Radix tree mapping namespaced, page-aligned token prefixes to KV-pool indices.
+
+    ``token_to_kv_pool_allocator`` receives every index the cache lets go (``free``);
+    ``on_node_evict`` is called with the id of every node the cache deletes. ``clock``
+    stamps recency; by default a per-cache counter that ticks once per operation.
+    """
+
+    def __init__(
+        self,
+        page_size: int = 1,
+        sliding_window_size: int | None = None,
+        token_to_kv_pool_allocator: Any = None,
+        on_node_evict: Callable[[int], None] | None = None,
+        *,
+        clock: Callable[[], float] | None = None,
+    ) -> None:
+        require_int("page_size", page_size, 1)
+        if sliding_window_size is not None:
+            raise UsageError(
+                "sliding_window_size is not supported yet: SWA mode is not implemented"
+            )
+        self.page_size = page_size
+        self.sliding_window_size = sliding_window_size
+        self.token_to_kv_pool_allocator = token_to_kv_pool_allocator
+        self.on_node_evict = on_node_evict
+        self.device = torch.device(getattr(token_to_kv_pool_allocator, "device", "cpu"))
+        self._clock = clock if clock is not None else itertools.count(1).__next__
+        self._node_ids = itertools.count()
+        self._evictable_size = 0
+        self._protected_size = 0
+        self.root = self._new_root()
+
+    @property
+    def pool(self) -> Any:
+        return self.token_to_kv_pool_allocator
+
+    @property
+    def supports_swa(self) -> bool:
+        return self.sliding_window_size is not None
+
+    # ---- sizes -------------------------------------------------------------------------
+
+    def evictable_size(self) -> int:
+        return self._evictable_size
+
+    def protected_size(self) -> int:
+        return self._protected_size
+
+    def total_size(self) -> int:
+        return self._evictable_size + self._protected_size
+
+    # ---- reset -------------------------------------------------------------------------
+
+    def reset(self) -> None:
+        """Drop every node: free every held index once and report every node as evicted.
+
+        Outstanding lock handles become stale; callers quiesce (no running request) first.
+        """
+        doomed = list(iter_subtree(self.root))
+        for node in doomed:
+            self._free(node)
+        self.root = self._new_root()
+        self._evictable_size = 0
+        self._protected_size = 0
+        for node in doomed:
+            node.value = None
+            self._report_evicted(node)
+
+    def _new_root(self) -> TreeNode:
+        root = TreeNode(next(self._node_ids), RadixKey(()), empty_indices(self.device), None, 0)
+        root.lock_ref = 1
+        return root
+
+    # ---- match -------------------------------------------------------------------------
+
+    def match_prefix(self, key: RadixKey) -> MatchResult:
+        """The longest cached page-aligned prefix of ``key`` in its namespace.
+
+        Splits the last matched node when the match ends inside it, so ``last_node`` ends
+        exactly at ``prefix_len``, and refreshes the recency of every node on the path.
+        """
+        tokens, extra_key = self._aligned_key(key)
+        now = self._clock()
+        self.root.last_access_time = now
+        node, matched, values = self._walk(tokens, extra_key, now)
+        for visited in path_to_root(node):
+            visited.hit_count += 1
+        indices = torch.cat(values) if values else empty_indices(self.device)
+        return MatchResult(indices=indices, last_node=node, prefix_len=matched)
+
+    def _walk(
+        self, tokens: Tokens, extra_key: str | None, now: float
+    ) -> tuple[TreeNode, int, list[torch.Tensor]]:
+        """Descend along ``tokens``, stamping each node; split where the match ends mid-node."""
+        node, matched, values = self.root, 0, []
+        p = self.page_size
+        while matched < len(tokens):
+            child = node.children.get(child_key(extra_key, tokens, matched, p))
+            if child is None:
+                break
+            same = page_align(common_prefix_len(child.tokens, tokens, matched), p)
+            ends_inside = same < len(child)
+            if ends_inside:
+                child = split_node(child, same, next(self._node_ids), p)
+            child.last_access_time = now
+            assert child.value is not None
+            values.append(child.value)
+            node, matched = child, matched + same
+            if ends_inside:
+                break
+        return node, matched, values
+
+    # ---- insert ------------------------------------------------------------------------
+
+    def insert(
+        self, key: RadixKey, value: torch.Tensor | None = None, **kwargs: Any
+    ) -> InsertResult:
+        """Cache ``key`` -> ``value``; the tree keeps the indices it already holds.
+
+        Returns the number of leading aligned tokens that were cached already
+        (``prefix_len``) and the node ending at the aligned key. The cache frees nothing:
+        the caller frees its own duplicates in ``[cache_protected_len, prefix_len)``.
+        ``value=None`` uses the token ids as indices (a test convenience).
+        """
+        if kwargs:
+            raise UsageError(f"unexpected keyword arguments: {sorted(kwargs)}")
+        tokens, extra_key = self._aligned_key(key)
+        value = self._aligned_value(tokens, value)
+        now = self._clock()
+        self.root.last_access_time = now
+        node, matched, _ = self._walk(tokens, extra_key, now)
+        if matched < len(tokens):
+            node = self._add_leaf(node, tokens[matched:], extra_key, value[matched:], now)
+        return InsertResult(prefix_len=matched, last_node=node)
+
+    def _add_leaf(
+        self,
+        parent: TreeNode,
+        tokens: Tokens,
+        extra_key: str | None,
+        value: torch.Tensor,
+        now: float,
+    ) -> TreeNode:
+        leaf = TreeNode(next(self._node_ids), RadixKey(tokens, extra_key), value, parent, now)
+        parent.children[child_key(extra_key, tokens, 0, self.page_size)] = leaf
+        self._evictable_size += len(tokens)
+        return leaf
+
+    # ---- eviction ----------------------------------------------------------------------
+
+    def evict(self, num_tokens: int, swa_num_tokens: int = 0) -> EvictResult:
+        """Delete unlocked leaves, least recently used first, until ``num_tokens`` are freed.
+
+        A parent left childless becomes a candidate. Whole nodes go, so the count may
+        overshoot by less than one node; it falls short only when nothing is evictable.
+        """
+        require_int("num_tokens", num_tokens, 0)
+        require_int("swa_num_tokens", swa_num_tokens, 0)
+        freed = 0
+        if num_tokens == 0:
+            return EvictResult()
+        candidates = [
+            (n.recency(), n) for n in iter_subtree(self.root) if self._is_evictable_leaf(n)
+        ]
+        heapq.heapify(candidates)
+        while freed < num_tokens and candidates:
+            _, leaf = heapq.heappop(candidates)
+            parent = leaf.parent
+            assert parent is not None
+            freed += len(leaf)
+            self._delete_leaf(leaf)
+            if self._is_evictable_leaf(parent):
+                heapq.heappush(candidates, (parent.recency(), parent))
+        return EvictResult(full_evicted=freed)
+
+    def _is_evictable_leaf(self, node: TreeNode) -> bool:
+        return node is not self.root and not node.children and node.lock_ref == 0
+
+    def _delete_leaf(self, leaf: TreeNode) -> None:
+        parent = leaf.parent
+        assert parent is not None
+        del parent.children[child_key(leaf.extra_key, leaf.tokens, 0, self.page_size)]
+        self._evictable_size -= len(leaf)
+        self._free(leaf)
+        leaf.value = None
+        self._report_evicted(leaf)
+
+    def _free(self, node: TreeNode) -> None:
+        if self.token_to_kv_pool_allocator is not None and node.value is not None:
+            self.token_to_kv_pool_allocator.free(node.value)
+
+    def _report_evicted(self, node: TreeNode) -> None:
+        if self.on_node_evict is not None:
+            self.on_node_evict(node.id)
+
+    # ---- locks -------------------------------------------------------------------------
+
+    def inc_lock_ref(self, node: Any) -> int | None:
+        """Protect ``node`` and its ancestors from eviction until the matching unlock.
+
+        ``None`` and the root are accepted and lock nothing. Returns ``None`` (the SWA
+        boundary id of the seed API has no meaning without a sliding window).
+        """
+        if node is None or node is self.root:
+            return None
+        self._require_live(node)
+        node.held_locks += 1
+        for n in path_to_root(node):
+            if n.lock_ref == 0:
+                self._evictable_size -= len(n)
+                self._protected_size += len(n)
+            n.lock_ref += 1
+        return None
+
+    def dec_lock_ref(self, node: Any, swa_boundary_id: int | None = None, **kwargs: Any) -> None:
+        """Undo one ``inc_lock_ref(node)``; an unlock that no lock matches is a LockError."""
+        if node is None or node is self.root:
+            return
+        self._require_live(node)
+        if node.held_locks == 0:
+            raise LockError(f"dec_lock_ref on a node that holds no lock: {node!r}")
+        node.held_locks -= 1
+        for n in path_to_root(node):
+            n.lock_ref -= 1
+            if n.lock_ref == 0:
+                self._protected_size -= len(n)
+                self._evictable_size += len(n)
+
+    def _require_live(self, node: object) -> TreeNode:
+        if not isinstance(node, TreeNode):
+            raise TokenTypeError(f"expected a TreeNode, got {type(node).__name__}")
+        if node.evicted:
+            raise LockError(f"node {node.id} was evicted")
+        top = node
+        while top.parent is not None:
+            top = top.parent
+        if top is not self.root:
+            raise LockError(f"node {node.id} does not belong to this cache")
+        return node
+
+    # ---- hashing -----------------------------------------------------------------------
+
+    def compute_node_hash(self, node: TreeNode) -> list[str]:
+        """The page hashes of ``node``: a pure function of its namespace and root path.
+
+        Ancestors are hashed first, so the order of calls never matters; results are
+        cached on the nodes (``hash_values``) and survive splits.
+        """
+        if node is self.root:
+            return []
+        self._require_live(node)
+        pending = [n for n in path_to_root(node) if n.hash_values is None]
+        for n in reversed(pending):
+            parent = n.parent
+            assert parent is not None
+            prior = self._last_hash(parent, n.extra_key)
+            n.hash_values = chain_page_hashes(n.tokens, self.page_size, prior)
+        assert node.hash_values is not None
+        return node.hash_values
+
+    def _last_hash(self, node: TreeNode, extra_key: str | None) -> str | None:
+        if node is self.root:
+            return namespace_seed(extra_key)
+        assert node.hash_values is not None
+        return node.hash_values[-1]
+
+    # ---- validation --------------------------------------------------------------------
+
+    def _aligned_key(self, key: object) -> tuple[Tokens, str | None]:
+        if not isinstance(key, RadixKey):
+            raise TokenTypeError(f"key must be a RadixKey, got {type(key).__name__}")
+        extra_key = key.extra_key
+        if extra_key is not None and not isinstance(extra_key, str):
+            raise TokenTypeError(f"extra_key must be a str or None, got {type(extra_key).__name__}")
+        tokens = validate_tokens(key.token_ids)
+        return tokens[: page_align(len(tokens), self.page_size)], extra_key
+
+    def _aligned_value(self, tokens: Tokens, value: object) -> torch.Tensor:
+        n = len(tokens)
+        if value is None:
+            if any(isinstance(t, tuple) for t in tokens):
+                raise UsageError("value=None needs int token ids; bigram keys need a value")
+            return torch.tensor(tokens, dtype=torch.int64, device=self.device)
+        if not isinstance(value, torch.Tensor):
+            raise TokenTypeError(f"value must be a torch.Tensor, got {type(value).__name__}")
+        if (
+            value.dim() != 1
+            or value.dtype.is_floating_point
+            or value.dtype.is_complex
+            or value.dtype == torch.bool
+        ):
+            raise TokenTypeError(
+                f"value must be a 1-D integer tensor, got {value.dtype}{tuple(value.shape)}"
+            )
+        if value.numel() < n:
+            raise UsageError(f"value has {value.numel()} indices for {n} aligned tokens")
+        # A private copy: callers pass views of rows they will overwrite.
+        return value[:n].to(torch.int64, copy=True)
+
+    # ---- debugging ---------------------------------------------------------------------
+
+    def check_invariants(self) -> None:
+        """Check every structural invariant of SPEC.md (INV-1..9); O(size of the tree).
+
+        For tests and the state machines: raises InvariantViolation naming the INV id.
+        """
+        check_tree(self)
+
+    def pretty_print(self) -> None:
+        """Print the tree, one node a line, and the size counters."""
+        for line in self._pretty_lines():
+            print(line)
+
+    def _pretty_lines(self) -> Iterator[str]:
+        yield (
+            f"RadixCache(page_size={self.page_size}) total={self.total_size()} "
+            f"evictable={self.evictable_size()} protected={self.protected_size()}"
+        )
+        stack = [(child, 1) for child in reversed(list(self.root.children.values()))]
+        while stack:
+            node, depth = stack.pop()
+            yield "  " * depth + repr(node)
+            stack.extend((c, depth + 1) for c in reversed(list(node.children.values())))

@@ -1,0 +1,96 @@
+"""Token validation and C-level prefix comparison.
+
+Tree logic works on tuples: they compare, slice and hash at C speed, and a tuple stored in
+a node can never be changed behind the cache's back by a caller reusing its list.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Iterable, Sequence
+from typing import SupportsIndex, cast
+
+from radixkv.errors import TokenTypeError, UsageError
+
+Token = int | tuple[int, ...]
+Tokens = tuple[Token, ...]
+
+MAX_TOKEN_ID = 2**63
+
+
+def validate_tokens(token_ids: Iterable[object]) -> Tokens:
+    """Return the token ids as a tuple, or raise a usage error naming the first bad one."""
+    if hasattr(token_ids, "tolist"):  # torch tensors and numpy arrays
+        token_ids = token_ids.tolist()
+    tokens = tuple(token_ids)
+    if not tokens:
+        return ()
+    kinds = set(map(type, tokens))
+    if kinds == {int}:
+        _check_range(cast(tuple[int, ...], tokens))
+        return cast(Tokens, tokens)
+    return tuple(_validate_token(t, i) for i, t in enumerate(tokens))
+
+
+def _check_range(ids: Sequence[int]) -> None:
+    lo, hi = min(ids), max(ids)
+    if lo < 0:
+        raise UsageError(f"token ids must be >= 0, got {lo}")
+    if hi >= MAX_TOKEN_ID:
+        raise UsageError(f"token ids must be < 2**63, got {hi}")
+
+
+def _validate_token(token: object, position: int) -> Token:
+    if isinstance(token, tuple):
+        if not token:
+            raise UsageError(f"token {position} is an empty tuple")
+        ids = tuple(_as_int(t, position) for t in token)
+        _check_range(ids)
+        return ids
+    value = _as_int(token, position)
+    _check_range((value,))
+    return value
+
+
+def _as_int(value: object, position: int) -> int:
+    if isinstance(value, bool):
+        raise TokenTypeError(f"token {position} is a bool, not an int: {value!r}")
+    try:
+        return operator.index(cast(SupportsIndex, value))  # numpy ints have __index__
+    except TypeError:
+        raise TokenTypeError(
+            f"token {position} must be an int or a tuple of ints, got {type(value).__name__}"
+        ) from None
+
+
+def require_int(name: str, value: object, minimum: int) -> int:
+    """``value`` as an int >= ``minimum``, or a usage error saying what was wrong."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TokenTypeError(f"{name} must be an int, got {type(value).__name__}")
+    if value < minimum:
+        raise UsageError(f"{name} must be >= {minimum}, got {value}")
+    return value
+
+
+def page_align(n: int, page_size: int) -> int:
+    """The largest multiple of ``page_size`` not above ``n``."""
+    return n // page_size * page_size
+
+
+def common_prefix_len(stored: Tokens, key: Tokens, start: int) -> int:
+    """Length of the common prefix of ``stored`` and ``key[start:]``.
+
+    Bisects with slice comparisons, so the work per token happens in C: the number of
+    Python steps is logarithmic in the length.
+    """
+    n = min(len(stored), len(key) - start)
+    if stored[:n] == key[start : start + n]:
+        return n
+    lo, hi = 0, n  # stored[:lo] matches; stored[:hi] does not
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if stored[lo:mid] == key[start + lo : start + mid]:
+            lo = mid
+        else:
+            hi = mid
+    return lo

@@ -1,0 +1,146 @@
+"""TreeNode and the radix-tree mechanics every cache shares: child keys, walking, splitting.
+
+Plain typed Python over token tuples; KV indices ride along as tensors that are only sliced
+here, never read, so no operation synchronises with the device.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import cast
+
+import torch
+
+from radixkv.base import RadixKey
+from radixkv.tokens import Tokens
+
+ChildKey = tuple[str | None, Tokens]
+
+
+class TreeNode:
+    """A node of the radix tree: a run of tokens and the KV index of each.
+
+    ``value`` is ``None`` once the node was evicted. ``lock_ref`` counts the lock handles
+    held at this node or below it; ``held_locks`` counts those held at exactly this node,
+    which is what lets the cache reject an unlock that no lock matches.
+    """
+
+    __slots__ = (
+        "children",
+        "hash_values",
+        "held_locks",
+        "hit_count",
+        "id",
+        "key",
+        "last_access_time",
+        "lock_ref",
+        "parent",
+        "swa_boundary_id",
+        "swa_lock_ref",
+        "swa_tombstone",
+        "value",
+    )
+
+    def __init__(
+        self,
+        node_id: int,
+        key: RadixKey,
+        value: torch.Tensor | None,
+        parent: TreeNode | None,
+        last_access_time: float,
+    ) -> None:
+        self.children: dict[ChildKey, TreeNode] = {}
+        self.parent = parent
+        self.key = key
+        self.value = value
+        self.lock_ref = 0
+        self.held_locks = 0
+        self.swa_lock_ref = 0
+        self.swa_tombstone = False
+        self.swa_boundary_id: int | None = None
+        self.last_access_time = last_access_time
+        self.hit_count = 0
+        self.hash_values: list[str] | None = None
+        self.id = node_id
+
+    @property
+    def evicted(self) -> bool:
+        return self.value is None
+
+    @property
+    def tokens(self) -> Tokens:
+        return cast(Tokens, self.key.token_ids)
+
+    @property
+    def extra_key(self) -> str | None:
+        return self.key.extra_key
+
+    def __len__(self) -> int:
+        return len(self.key.token_ids)
+
+    def recency(self) -> tuple[float, int]:
+        """The eviction order: least recently used first, older node id on a tie."""
+        return (self.last_access_time, self.id)
+
+    def __lt__(self, other: TreeNode) -> bool:
+        return self.recency() < other.recency()
+
+    def __repr__(self) -> str:
+        shown = list(self.tokens[:8])
+        more = "..." if len(self) > 8 else ""
+        return (
+            f"TreeNode(id={self.id}, key={shown}{more}, extra_key={self.extra_key!r}, "
+            f"lock_ref={self.lock_ref}, t={self.last_access_time})"
+        )
+
+
+def child_key(extra_key: str | None, tokens: Tokens, start: int, page_size: int) -> ChildKey:
+    """The dict key of the child whose key begins at ``tokens[start]``: namespace + first page."""
+    return (extra_key, tokens[start : start + page_size])
+
+
+def path_to_root(node: TreeNode) -> Iterator[TreeNode]:
+    """``node`` and its ancestors, excluding the root (the only node without a parent)."""
+    while node.parent is not None:
+        yield node
+        node = node.parent
+
+
+def iter_subtree(root: TreeNode) -> Iterator[TreeNode]:
+    """Every node below ``root`` (excluded), parents before children."""
+    stack = list(root.children.values())
+    while stack:
+        node = stack.pop()
+        yield node
+        stack.extend(node.children.values())
+
+
+def split_node(node: TreeNode, split_len: int, new_id: int, page_size: int) -> TreeNode:
+    """Cut ``node`` after ``split_len`` tokens and return the new upper part.
+
+    The original object stays the lower part and keeps its id, so a lock handle or an
+    ``on_node_evict`` mapping that names it still ends at the same token position. Lock
+    counts are copied up (every handle below the lower part is below the upper part too).
+    """
+    assert node.parent is not None and node.value is not None
+    assert 0 < split_len < len(node) and split_len % page_size == 0
+    tokens = node.tokens
+    upper = TreeNode(
+        new_id,
+        RadixKey(tokens[:split_len], node.extra_key),
+        node.value[:split_len],
+        node.parent,
+        node.last_access_time,
+    )
+    upper.lock_ref = node.lock_ref
+    upper.hit_count = node.hit_count
+    if node.hash_values is not None:
+        pages = split_len // page_size
+        upper.hash_values = node.hash_values[:pages]
+        node.hash_values = node.hash_values[pages:]
+    node.parent.children[child_key(node.extra_key, tokens, 0, page_size)] = upper
+    node.key = RadixKey(tokens[split_len:], node.extra_key)
+    node.value = node.value[split_len:]
+    node.parent = upper
+    upper.children[child_key(node.extra_key, node.tokens, 0, page_size)] = node
+    return upper
