@@ -158,15 +158,6 @@ class MetaPool:
         pass
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=RuntimeError,
-    reason=(
-        "radixkv bug: insert accepts a value on another device than the cache's pool; a later "
-        "match over the mixed path fails in torch.cat (RuntimeError, not a usage error) after "
-        "having split and stamped nodes"
-    ),
-)
 def test_a_value_on_another_device_than_the_pool_is_rejected_or_moved() -> None:
     cache = RadixCache(token_to_kv_pool_allocator=MetaPool())
     cache.insert(RadixKey([1, 2]), torch.empty(2, dtype=torch.int64, device="meta"))

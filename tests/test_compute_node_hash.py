@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import pytest
 import torch
 
-from radixkv import LockError, RadixCache, RadixKey, TreeNode, hash_token_ids, namespace_seed
+from radixkv import RadixCache, RadixKey, StaleNodeError, TreeNode, hash_token_ids, namespace_seed
 from radixkv.tokens import Token
 from tests.conftest import CacheFactory
 from tests.helpers import CacheHarness, live_nodes, path_tokens
@@ -137,5 +137,5 @@ def test_the_root_has_no_page_hashes(harness: CacheHarness) -> None:
 def test_hashing_an_evicted_node_is_rejected(harness: CacheHarness) -> None:
     node = harness.put([1, 2]).last_node
     harness.cache.evict(1)
-    with pytest.raises(LockError):
+    with pytest.raises(StaleNodeError):
         harness.cache.compute_node_hash(node)

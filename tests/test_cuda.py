@@ -124,14 +124,6 @@ def test_match_insert_evict_never_synchronise_with_the_host(cuda_device: torch.d
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=RuntimeError,
-    reason=(
-        "radixkv bug: insert accepts a value on another device than the cache's pool; a match "
-        "over the mixed path then fails in torch.cat after having split/stamped nodes"
-    ),
-)
 def test_a_value_on_another_device_is_rejected_or_moved(cuda_device: torch.device) -> None:
     cache = RadixCache(token_to_kv_pool_allocator=DeviceOnlyPool(cuda_device))
     cache.insert(RadixKey([1, 2]), torch.tensor([10, 11], device=cuda_device))

@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from radixkv import LockError, RadixCache, RadixKey, TokenTypeError, TreeNode, UsageError
+from radixkv import (
+    LockError,
+    RadixCache,
+    RadixKey,
+    StaleNodeError,
+    TokenTypeError,
+    TreeNode,
+    UsageError,
+)
 from tests.helpers import CacheHarness, live_nodes, node_lengths, snapshot
 
 
@@ -174,9 +182,9 @@ def test_locking_an_evicted_node_is_rejected(harness: CacheHarness) -> None:
     harness.cache.evict(1)
     assert gone.evicted
     before = snapshot(harness.cache)
-    with pytest.raises(LockError, match="evicted"):
+    with pytest.raises(StaleNodeError, match="evicted"):
         harness.cache.inc_lock_ref(gone)
-    with pytest.raises(LockError):
+    with pytest.raises(StaleNodeError):
         harness.cache.dec_lock_ref(gone)
     assert snapshot(harness.cache) == before
 
@@ -186,11 +194,11 @@ def test_locking_a_node_of_another_cache_is_rejected(harness: CacheHarness) -> N
     foreign = other.insert(RadixKey([1, 2, 3])).last_node
     harness.put([1, 2, 3])
     mine, theirs = snapshot(harness.cache), snapshot(other)
-    with pytest.raises(LockError, match="does not belong"):
+    with pytest.raises(StaleNodeError, match="does not belong"):
         harness.cache.inc_lock_ref(foreign)
     other.inc_lock_ref(foreign)
     theirs_locked = snapshot(other)
-    with pytest.raises(LockError):
+    with pytest.raises(StaleNodeError):
         harness.cache.dec_lock_ref(foreign)
     assert snapshot(harness.cache) == mine
     assert snapshot(other) == theirs_locked != theirs

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from radixkv import LockError, RadixCache, RadixKey
+from radixkv import RadixCache, RadixKey, StaleNodeError
 from tests.conftest import CacheFactory
 from tests.helpers import CacheHarness, live_nodes, snapshot, tree_indices
 
@@ -75,9 +75,9 @@ def test_stale_handles_are_rejected_after_reset(filled: CacheHarness) -> None:
     h.cache.reset()
     h.put([5, 5])
     before = snapshot(h.cache)
-    with pytest.raises(LockError):
+    with pytest.raises(StaleNodeError):
         h.cache.dec_lock_ref(node)
-    with pytest.raises(LockError):
+    with pytest.raises(StaleNodeError):
         h.cache.inc_lock_ref(node)
     assert snapshot(h.cache) == before
 

@@ -15,6 +15,7 @@ from radixkv.errors import (
     InvariantViolation,
     LockError,
     RadixKVError,
+    StaleNodeError,
     TokenTypeError,
     UsageError,
 )
@@ -34,6 +35,7 @@ __all__ = [
     "RadixCache",
     "RadixKVError",
     "RadixKey",
+    "StaleNodeError",
     "TokenTypeError",
     "TreeNode",
     "UsageError",

@@ -43,6 +43,12 @@ class KVIndexAllocator:
 
     def free(self, indices: torch.Tensor) -> None:
         """Return ``indices`` to the pool; every one must be allocated, and none repeated."""
+        if (
+            indices.dtype.is_floating_point
+            or indices.dtype.is_complex
+            or indices.dtype == torch.bool
+        ):
+            raise UsageError(f"indices must be an integer tensor, got {indices.dtype}")
         if indices.numel() == 0:
             return
         indices = indices.to(device=self.device, dtype=torch.int64).reshape(-1)

@@ -22,7 +22,11 @@ class TokenTypeError(UsageError, TypeError):
 
 
 class LockError(UsageError, RuntimeError):
-    """An unlock with no matching lock, or a lock on a node that is not in the cache."""
+    """An unlock that no lock matches."""
+
+
+class StaleNodeError(UsageError, RuntimeError):
+    """A node handle that is not live in this cache: evicted, dropped by reset, or foreign."""
 
 
 class InvariantViolation(RadixKVError, AssertionError):

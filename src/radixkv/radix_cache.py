@@ -22,7 +22,7 @@ from radixkv.base import (
     RadixKey,
     empty_indices,
 )
-from radixkv.errors import LockError, TokenTypeError, UsageError
+from radixkv.errors import LockError, StaleNodeError, TokenTypeError, UsageError
 from radixkv.hashing import chain_page_hashes, namespace_seed
 from radixkv.invariants import check_tree
 from radixkv.tokens import Tokens, common_prefix_len, page_align, require_int, validate_tokens
@@ -33,6 +33,11 @@ class KVAllocator(Protocol):
     """What the cache needs from a KV pool: somewhere to return freed indices."""
 
     def free(self, indices: torch.Tensor) -> None: ...
+
+
+def _reject_unknown(kwargs: dict[str, Any]) -> None:
+    if kwargs:
+        raise UsageError(f"unexpected keyword arguments: {sorted(kwargs)}")
 
 
 class RadixCache(BasePrefixCache):
@@ -151,7 +156,13 @@ class RadixCache(BasePrefixCache):
     # ---- insert ------------------------------------------------------------------------
 
     def insert(
-        self, key: RadixKey, value: torch.Tensor | None = None, **kwargs: Any
+        self,
+        key: RadixKey,
+        value: torch.Tensor | None = None,
+        *,
+        prev_prefix_len: int = 0,
+        swa_evicted_seqlen: int = 0,
+        **kwargs: Any,
     ) -> InsertResult:
         """Cache ``key`` -> ``value``; the tree keeps the indices it already holds.
 
@@ -159,9 +170,11 @@ class RadixCache(BasePrefixCache):
         (``prefix_len``) and the node ending at the aligned key. The cache frees nothing:
         the caller frees its own duplicates in ``[cache_protected_len, prefix_len)``.
         ``value=None`` uses the token ids as indices (a test convenience).
+        ``prev_prefix_len`` and ``swa_evicted_seqlen`` only matter with a sliding window.
         """
-        if kwargs:
-            raise UsageError(f"unexpected keyword arguments: {sorted(kwargs)}")
+        _reject_unknown(kwargs)
+        require_int("prev_prefix_len", prev_prefix_len, 0)
+        require_int("swa_evicted_seqlen", swa_evicted_seqlen, 0)
         tokens, extra_key = self._aligned_key(key)
         value = self._aligned_value(tokens, value)
         now = self._clock()
@@ -252,6 +265,7 @@ class RadixCache(BasePrefixCache):
 
     def dec_lock_ref(self, node: Any, swa_boundary_id: int | None = None, **kwargs: Any) -> None:
         """Undo one ``inc_lock_ref(node)``; an unlock that no lock matches is a LockError."""
+        _reject_unknown(kwargs)
         if node is None or node is self.root:
             return
         self._require_live(node)
@@ -268,12 +282,12 @@ class RadixCache(BasePrefixCache):
         if not isinstance(node, TreeNode):
             raise TokenTypeError(f"expected a TreeNode, got {type(node).__name__}")
         if node.evicted:
-            raise LockError(f"node {node.id} was evicted")
+            raise StaleNodeError(f"node {node.id} was evicted")
         top = node
         while top.parent is not None:
             top = top.parent
         if top is not self.root:
-            raise LockError(f"node {node.id} does not belong to this cache")
+            raise StaleNodeError(f"node {node.id} does not belong to this cache")
         return node
 
     # ---- hashing -----------------------------------------------------------------------
@@ -332,8 +346,8 @@ class RadixCache(BasePrefixCache):
             )
         if value.numel() < n:
             raise UsageError(f"value has {value.numel()} indices for {n} aligned tokens")
-        # A private copy: callers pass views of rows they will overwrite.
-        return value[:n].to(torch.int64, copy=True)
+        # A private copy on the pool's device: callers pass views of rows they overwrite.
+        return value[:n].to(device=self.device, dtype=torch.int64, copy=True)
 
     # ---- debugging ---------------------------------------------------------------------
 

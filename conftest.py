@@ -1,0 +1,5 @@
+"""Hypothesis profiles for every test run: HYPOTHESIS_PROFILE=ci|dev|thorough."""
+
+from stateful.profiles import load_profile
+
+load_profile()

@@ -1,0 +1,1 @@
+"""Deliberate single bugs that the harness must catch (``python -m mutation``)."""
