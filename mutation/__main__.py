@@ -21,7 +21,6 @@ from pathlib import Path
 from mutation.mutants import MUTANTS, Mutant
 
 ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_SUITE = "tests/machines/test_radix_cache_machine.py"
 
 
 BASELINE = Mutant("(no mutant: the suite must pass)", "src/radixkv/__init__.py", "", "")
@@ -42,8 +41,12 @@ def apply(mutant: Mutant, workdir: Path) -> Path:
     return src
 
 
-def run(mutant: Mutant, suite: list[str]) -> tuple[Mutant, bool, float, str]:
-    """Run the suite against one mutant; returns (mutant, killed, seconds, last output line)."""
+def run(mutant: Mutant, suite: list[str] | None = None) -> tuple[Mutant, bool, float, str]:
+    """Run a suite (default: the mutant's own) against one mutant.
+
+    Returns (mutant, killed, seconds, last output line).
+    """
+    suite = suite or mutant.suite.split()
     with tempfile.TemporaryDirectory(prefix=f"mutant-{mutant.name}-") as tmp:
         src = apply(mutant, Path(tmp))
         env = {
@@ -70,16 +73,18 @@ def run(mutant: Mutant, suite: list[str]) -> tuple[Mutant, bool, float, str]:
 def main() -> int:
     parser = argparse.ArgumentParser(prog="python -m mutation", description=__doc__)
     parser.add_argument("names", nargs="*", help="run only these mutants")
-    parser.add_argument("--suite", default=DEFAULT_SUITE, help="pytest arguments")
+    parser.add_argument("--suite", help="pytest arguments (default: each mutant's own suite)")
     parser.add_argument("--jobs", type=int, default=2)
     args = parser.parse_args()
     chosen = [m for m in MUTANTS if not args.names or m.name in args.names]
-    suite = args.suite.split()
-    _, failed, seconds, last = run(BASELINE, suite)
-    print(f"baseline  {seconds:6.1f}s  {last}")
-    if failed:
-        print("the suite fails without any mutant: fix that first")
-        return 1
+    suite = args.suite.split() if args.suite else None
+    suites = sorted({m.suite for m in chosen}) if suite is None else [" ".join(suite)]
+    for target in suites:
+        _, failed, seconds, last = run(BASELINE, target.split())
+        print(f"baseline  {seconds:6.1f}s  {target}: {last}")
+        if failed:
+            print("the suite fails without any mutant: fix that first")
+            return 1
     survivors = []
     with ThreadPoolExecutor(args.jobs) as pool:
         for mutant, killed, seconds, last in pool.map(lambda m: run(m, suite), chosen):
@@ -88,7 +93,7 @@ def main() -> int:
                 survivors.append(mutant.name)
                 print(f"          {last}")
     score = len(chosen) - len(survivors)
-    print(f"\nmutation score: {score}/{len(chosen)} killed ({suite[0]})")
+    print(f"\nmutation score: {score}/{len(chosen)} killed")
     return 1 if survivors else 0
 
 

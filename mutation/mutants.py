@@ -8,12 +8,15 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+RADIX_MACHINE = "tests/machines/test_radix_cache_machine.py"
+
 
 class Mutant(NamedTuple):
     name: str
     path: str  # relative to the repository root
     old: str
     new: str
+    suite: str = RADIX_MACHINE  # the pytest target that must catch it
 
 
 CACHE = "src/radixkv/radix_cache.py"
