@@ -133,6 +133,8 @@ def split_node(node: TreeNode, split_len: int, new_id: int, page_size: int) -> T
         node.last_access_time,
     )
     upper.lock_ref = node.lock_ref
+    upper.swa_lock_ref = node.swa_lock_ref  # an SWA window over the lower part covers it too
+    upper.swa_tombstone = node.swa_tombstone
     upper.hit_count = node.hit_count
     if node.hash_values is not None:
         pages = split_len // page_size
