@@ -11,6 +11,7 @@ from radixkv.base import (
     MatchResult,
     RadixKey,
 )
+from radixkv.chunk_cache import ChunkCache
 from radixkv.errors import (
     InvariantViolation,
     LockError,
@@ -21,10 +22,12 @@ from radixkv.errors import (
 )
 from radixkv.hashing import hash_bytes, hash_to_int64, hash_token_ids, namespace_seed
 from radixkv.radix_cache import RadixCache
+from radixkv.radix_trie import RadixTrie, TrieNode
 from radixkv.tree import TreeNode
 
 __all__ = [
     "BasePrefixCache",
+    "ChunkCache",
     "DoubleFreeError",
     "EvictResult",
     "InsertResult",
@@ -35,9 +38,11 @@ __all__ = [
     "RadixCache",
     "RadixKVError",
     "RadixKey",
+    "RadixTrie",
     "StaleNodeError",
     "TokenTypeError",
     "TreeNode",
+    "TrieNode",
     "UsageError",
     "hash_bytes",
     "hash_to_int64",
