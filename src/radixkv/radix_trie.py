@@ -172,6 +172,7 @@ class RadixTrie:
         evicted: list[Any] = []
         while len(evicted) < desired_num_evicted and heap:
             _, _, leaf = heapq.heappop(heap)
+            child_key = self._first_page(leaf)
             k = min(desired_num_evicted - len(evicted), len(leaf.blocks))
             trimmed = leaf.blocks[len(leaf.blocks) - k :]
             evicted.extend(reversed(trimmed))
@@ -182,7 +183,7 @@ class RadixTrie:
             if not leaf.blocks:
                 parent = leaf.parent
                 assert parent is not None
-                del parent.children[self._first_page(leaf)]
+                del parent.children[child_key]
                 leaf.parent = None
                 if self._evictable_leaf(parent):
                     heapq.heappush(heap, (parent.last_access_time, parent.id, parent))
