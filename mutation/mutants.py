@@ -81,8 +81,8 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "insert-overwrites-cached-indices",
         CACHE,
-        "        node, matched, _ = self._walk(tokens, extra_key, now)\n",
-        "        node, matched, _ = self._walk(tokens, extra_key, now)\n"
+        "        node = settled or self.root\n",
+        "        node = settled or self.root\n"
         "        if matched:\n"
         "            node.value = value[matched - len(node) : matched].clone()\n",
     ),
@@ -120,20 +120,20 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "evict-does-not-free",
         CACHE,
-        "        self._evictable_size -= len(leaf)\n        self._free(leaf)\n",
-        "        self._evictable_size -= len(leaf)\n",
+        "        result.swa_evicted += self._attention.deleted(leaf)\n        self._free(leaf)\n",
+        "        result.swa_evicted += self._attention.deleted(leaf)\n",
     ),
     Mutant(
         "evict-overshoots-target",
         CACHE,
-        "        while freed < num_tokens and candidates:",
-        "        while freed <= num_tokens and candidates:",
+        "        while result.full_evicted < num_tokens and candidates:",
+        "        while result.full_evicted <= num_tokens and candidates:",
     ),
     Mutant(
         "match-does-not-refresh-recency",
         CACHE,
-        "            child.last_access_time = now\n",
-        "            child.last_access_time = max(child.last_access_time, 0)\n",
+        "        node = path[-1] if path else self.root\n        self._touch(node)\n",
+        "        node = path[-1] if path else self.root\n",
     ),
     Mutant(
         "reset-does-not-free",

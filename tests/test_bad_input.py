@@ -7,7 +7,7 @@ from collections.abc import Callable
 import pytest
 import torch
 
-from radixkv import RadixCache, RadixKey, TokenTypeError, UsageError
+from radixkv import KVIndexAllocator, RadixCache, RadixKey, TokenTypeError, UsageError
 from tests.conftest import CacheFactory
 from tests.helpers import CacheHarness, snapshot
 
@@ -143,10 +143,13 @@ def test_a_bad_page_size_is_rejected_at_construction(
         RadixCache(page_size=page_size)  # type: ignore[arg-type]
 
 
-def test_a_sliding_window_is_refused_at_construction_with_a_clear_message() -> None:
-    with pytest.raises(UsageError, match=r"sliding_window_size is not supported"):
-        RadixCache(sliding_window_size=4)
+def test_a_sliding_window_needs_an_allocator_with_free_swa() -> None:
+    with pytest.raises(UsageError, match=r"free_swa"):
+        RadixCache(sliding_window_size=4, token_to_kv_pool_allocator=KVIndexAllocator(8))
+    with pytest.raises(UsageError, match=r"sliding_window_size"):
+        RadixCache(sliding_window_size=0)
     assert RadixCache(sliding_window_size=None).supports_swa is False
+    assert RadixCache(sliding_window_size=4).supports_swa is True
 
 
 class MetaPool:

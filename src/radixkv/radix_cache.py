@@ -25,6 +25,7 @@ from radixkv.base import (
 from radixkv.errors import LockError, StaleNodeError, TokenTypeError, UsageError
 from radixkv.hashing import chain_page_hashes, namespace_seed
 from radixkv.invariants import check_tree
+from radixkv.swa import FullAttention, SlidingWindow
 from radixkv.tokens import Tokens, common_prefix_len, page_align, require_int, validate_tokens
 from radixkv.tree import TreeNode, child_key, iter_subtree, path_to_root, split_node
 
@@ -58,10 +59,6 @@ class RadixCache(BasePrefixCache):
         clock: Callable[[], float] | None = None,
     ) -> None:
         require_int("page_size", page_size, 1)
-        if sliding_window_size is not None:
-            raise UsageError(
-                "sliding_window_size is not supported yet: SWA mode is not implemented"
-            )
         self.page_size = page_size
         self.sliding_window_size = sliding_window_size
         self.token_to_kv_pool_allocator = token_to_kv_pool_allocator
@@ -71,6 +68,11 @@ class RadixCache(BasePrefixCache):
         self._node_ids = itertools.count()
         self._evictable_size = 0
         self._protected_size = 0
+        self._attention: FullAttention = (
+            FullAttention()
+            if sliding_window_size is None
+            else SlidingWindow(self, require_int("sliding_window_size", sliding_window_size, 1))
+        )
         self.root = self._new_root()
 
     @property
@@ -90,7 +92,14 @@ class RadixCache(BasePrefixCache):
         return self._protected_size
 
     def total_size(self) -> int:
+        """Cached tokens, tombstones included (they still hold full-attention KV)."""
         return self._evictable_size + self._protected_size
+
+    def swa_evictable_size(self) -> int:
+        return self._attention.evictable_size()
+
+    def swa_protected_size(self) -> int:
+        return self._attention.protected_size()
 
     # ---- reset -------------------------------------------------------------------------
 
@@ -105,6 +114,7 @@ class RadixCache(BasePrefixCache):
         self.root = self._new_root()
         self._evictable_size = 0
         self._protected_size = 0
+        self._attention.reset()
         for node in doomed:
             node.value = None
             self._report_evicted(node)
@@ -123,35 +133,41 @@ class RadixCache(BasePrefixCache):
         exactly at ``prefix_len``, and refreshes the recency of every node on the path.
         """
         tokens, extra_key = self._aligned_key(key)
-        now = self._clock()
-        self.root.last_access_time = now
-        node, matched, values = self._walk(tokens, extra_key, now)
-        for visited in path_to_root(node):
+        path = self._walk(tokens, extra_key)
+        path = path[: self._attention.match_end(path)]
+        node = path[-1] if path else self.root
+        self._touch(node)
+        for visited in path:
             visited.hit_count += 1
+        values = [n.value for n in path if n.value is not None]
         indices = torch.cat(values) if values else empty_indices(self.device)
-        return MatchResult(indices=indices, last_node=node, prefix_len=matched)
+        return MatchResult(indices=indices, last_node=node, prefix_len=len(indices))
 
-    def _walk(
-        self, tokens: Tokens, extra_key: str | None, now: float
-    ) -> tuple[TreeNode, int, list[torch.Tensor]]:
-        """Descend along ``tokens``, stamping each node; split where the match ends mid-node."""
-        node, matched, values = self.root, 0, []
+    def _walk(self, tokens: Tokens, extra_key: str | None) -> list[TreeNode]:
+        """The nodes along ``tokens``, splitting the last one where the match ends inside it."""
+        node, matched, path = self.root, 0, []
         p = self.page_size
         while matched < len(tokens):
             child = node.children.get(child_key(extra_key, tokens, matched, p))
             if child is None:
                 break
             same = page_align(common_prefix_len(child.tokens, tokens, matched), p)
-            ends_inside = same < len(child)
-            if ends_inside:
-                child = split_node(child, same, next(self._node_ids), p)
-            child.last_access_time = now
-            assert child.value is not None
-            values.append(child.value)
-            node, matched = child, matched + same
-            if ends_inside:
+            if same < len(child):
+                path.append(self._split(child, same))
                 break
-        return node, matched, values
+            path.append(child)
+            node, matched = child, matched + same
+        return path
+
+    def _split(self, node: TreeNode, split_len: int) -> TreeNode:
+        return split_node(node, split_len, next(self._node_ids), self.page_size)
+
+    def _touch(self, node: TreeNode) -> None:
+        """Stamp ``node`` and every ancestor with one new tick of the clock."""
+        now = self._clock()
+        self.root.last_access_time = now
+        for n in path_to_root(node):
+            n.last_access_time = now
 
     # ---- insert ------------------------------------------------------------------------
 
@@ -175,26 +191,47 @@ class RadixCache(BasePrefixCache):
         _reject_unknown(kwargs)
         require_int("prev_prefix_len", prev_prefix_len, 0)
         require_int("swa_evicted_seqlen", swa_evicted_seqlen, 0)
+        self._attention.check_insert(prev_prefix_len, swa_evicted_seqlen)
         tokens, extra_key = self._aligned_key(key)
         value = self._aligned_value(tokens, value)
-        now = self._clock()
-        self.root.last_access_time = now
-        node, matched, _ = self._walk(tokens, extra_key, now)
+        path = self._walk(tokens, extra_key)
+        matched = sum(len(n) for n in path)
+        settled = self._attention.insert_overlap(path, value, prev_prefix_len, swa_evicted_seqlen)
+        node = settled or self.root
         if matched < len(tokens):
-            node = self._add_leaf(node, tokens[matched:], extra_key, value[matched:], now)
+            node = self._add_suffix(node, tokens, extra_key, value, matched, swa_evicted_seqlen)
+        self._touch(node)
         return InsertResult(prefix_len=matched, last_node=node)
 
-    def _add_leaf(
+    def _add_suffix(
         self,
         parent: TreeNode,
         tokens: Tokens,
         extra_key: str | None,
         value: torch.Tensor,
-        now: float,
+        start: int,
+        swa_evicted_seqlen: int,
     ) -> TreeNode:
-        leaf = TreeNode(next(self._node_ids), RadixKey(tokens, extra_key), value, parent, now)
+        """Cache ``tokens[start:]`` below ``parent``; returns the node ending the key."""
+        live_from = self._attention.suffix_split(start, len(tokens), swa_evicted_seqlen)
+        if live_from == len(tokens):  # all of it lost its SWA KV: nothing worth caching
+            self._free_indices(value[start:])
+            return parent
+        if live_from > start:
+            parent = self._add_leaf(
+                parent, tokens[start:live_from], extra_key, value[start:live_from]
+            )
+            parent.swa_tombstone = True
+        return self._add_leaf(parent, tokens[live_from:], extra_key, value[live_from:])
+
+    def _add_leaf(
+        self, parent: TreeNode, tokens: Tokens, extra_key: str | None, value: torch.Tensor
+    ) -> TreeNode:
+        key = RadixKey(tokens, extra_key)
+        leaf = TreeNode(next(self._node_ids), key, value, parent, parent.last_access_time)
         parent.children[child_key(extra_key, tokens, 0, self.page_size)] = leaf
         self._evictable_size += len(tokens)
+        self._attention.added(leaf)
         return leaf
 
     # ---- eviction ----------------------------------------------------------------------
@@ -207,38 +244,59 @@ class RadixCache(BasePrefixCache):
         """
         require_int("num_tokens", num_tokens, 0)
         require_int("swa_num_tokens", swa_num_tokens, 0)
-        freed = 0
-        if num_tokens == 0:
-            return EvictResult()
+        result = EvictResult()
+        if num_tokens > 0:
+            self._evict_leaves(num_tokens, result)
+        self._attention.evict(swa_num_tokens, result)
+        return result
+
+    def _evict_leaves(self, num_tokens: int, result: EvictResult) -> None:
         candidates = [
             (n.recency(), n) for n in iter_subtree(self.root) if self._is_evictable_leaf(n)
         ]
         heapq.heapify(candidates)
-        while freed < num_tokens and candidates:
+        while result.full_evicted < num_tokens and candidates:
             _, leaf = heapq.heappop(candidates)
-            parent = leaf.parent
-            assert parent is not None
-            freed += len(leaf)
-            self._delete_leaf(leaf)
+            parent = self._delete_with_tombstones(leaf, result)
             if self._is_evictable_leaf(parent):
                 heapq.heappush(candidates, (parent.recency(), parent))
-        return EvictResult(full_evicted=freed)
+
+    def _delete_with_tombstones(self, leaf: TreeNode, result: EvictResult) -> TreeNode:
+        """Delete ``leaf`` and the tombstones it leaves as leaves; returns the first survivor.
+
+        Leaves are never tombstones: a tombstone leaf could never be matched.
+        """
+        parent = leaf.parent
+        assert parent is not None
+        self._delete_leaf(leaf, result)
+        while parent.swa_tombstone and self._is_evictable_leaf(parent):
+            above = parent.parent
+            assert above is not None
+            self._delete_leaf(parent, result)
+            parent = above
+        return parent
 
     def _is_evictable_leaf(self, node: TreeNode) -> bool:
         return node is not self.root and not node.children and node.lock_ref == 0
 
-    def _delete_leaf(self, leaf: TreeNode) -> None:
+    def _delete_leaf(self, leaf: TreeNode, result: EvictResult) -> None:
         parent = leaf.parent
-        assert parent is not None
+        assert parent is not None and leaf.lock_ref == 0
         del parent.children[child_key(leaf.extra_key, leaf.tokens, 0, self.page_size)]
         self._evictable_size -= len(leaf)
+        result.full_evicted += len(leaf)
+        result.swa_evicted += self._attention.deleted(leaf)
         self._free(leaf)
         leaf.value = None
         self._report_evicted(leaf)
 
     def _free(self, node: TreeNode) -> None:
-        if self.token_to_kv_pool_allocator is not None and node.value is not None:
-            self.token_to_kv_pool_allocator.free(node.value)
+        if node.value is not None:
+            self._free_indices(node.value)
+
+    def _free_indices(self, indices: torch.Tensor) -> None:
+        if self.token_to_kv_pool_allocator is not None and indices.numel():
+            self.token_to_kv_pool_allocator.free(indices)
 
     def _report_evicted(self, node: TreeNode) -> None:
         if self.on_node_evict is not None:
@@ -249,19 +307,21 @@ class RadixCache(BasePrefixCache):
     def inc_lock_ref(self, node: Any) -> int | None:
         """Protect ``node`` and its ancestors from eviction until the matching unlock.
 
-        ``None`` and the root are accepted and lock nothing. Returns ``None`` (the SWA
-        boundary id of the seed API has no meaning without a sliding window).
+        ``None`` and the root are accepted and lock nothing. With a sliding window it also
+        SWA-locks the last W live tokens of the path and returns the ``swa_boundary_id``
+        that ``dec_lock_ref`` takes back; without one it returns ``None``.
         """
         if node is None or node is self.root:
             return None
         self._require_live(node)
+        self._attention.check_lock(node)
         node.held_locks += 1
         for n in path_to_root(node):
             if n.lock_ref == 0:
                 self._evictable_size -= len(n)
                 self._protected_size += len(n)
             n.lock_ref += 1
-        return None
+        return self._attention.lock(node)
 
     def dec_lock_ref(self, node: Any, swa_boundary_id: int | None = None, **kwargs: Any) -> None:
         """Undo one ``inc_lock_ref(node)``; an unlock that no lock matches is a LockError."""
@@ -271,6 +331,8 @@ class RadixCache(BasePrefixCache):
         self._require_live(node)
         if node.held_locks == 0:
             raise LockError(f"dec_lock_ref on a node that holds no lock: {node!r}")
+        self._attention.check_unlock(node, swa_boundary_id)
+        self._attention.unlock(node, swa_boundary_id)
         node.held_locks -= 1
         for n in path_to_root(node):
             n.lock_ref -= 1
@@ -357,6 +419,7 @@ class RadixCache(BasePrefixCache):
         For tests and the state machines: raises InvariantViolation naming the INV id.
         """
         check_tree(self)
+        self._attention.check()
 
     def pretty_print(self) -> None:
         """Print the tree, one node a line, and the size counters."""

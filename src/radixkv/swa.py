@@ -1,0 +1,320 @@
+"""The attention parts of a RadixCache: full attention only, or with a sliding window.
+
+A RadixCache is one tree plus one of these parts. The part decides what a match may return,
+who owns the indices an insert brings, and what a second eviction phase frees; the tree
+mechanics (walk, split, delete) stay in the cache.
+
+Sliding-window attention (SWA), window W. Every cached token has full-attention KV and
+sliding-window KV under the same index. A *tombstone* is a node whose SWA KV was freed
+(``allocator.free_swa``) while it keeps its full KV; leaves are never tombstones. A match
+is usable only if its root path has no tombstone, or ends with at least W live tokens after
+the last tombstone. ``allocator.free`` releases an index's full KV and its SWA KV if that
+is still held.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from radixkv.base import EvictResult
+from radixkv.errors import LockError, UsageError
+from radixkv.invariants import require
+from radixkv.tree import TreeNode, iter_subtree, path_to_root
+
+if TYPE_CHECKING:
+    from radixkv.radix_cache import RadixCache
+
+
+class FullAttention:
+    """Every cached token is usable; an insert's duplicates stay the caller's to free."""
+
+    def match_end(self, path: Sequence[TreeNode]) -> int:
+        return len(path)
+
+    def insert_overlap(
+        self, path: list[TreeNode], value: torch.Tensor, prev_prefix_len: int, swa_evicted: int
+    ) -> TreeNode | None:
+        return path[-1] if path else None
+
+    def suffix_split(self, start: int, end: int, swa_evicted: int) -> int:
+        """Where the new suffix [start, end) turns live; ``end`` means: add nothing."""
+        return start
+
+    def check_insert(self, prev_prefix_len: int, swa_evicted: int) -> None:
+        pass
+
+    def check_lock(self, node: TreeNode) -> None:
+        pass
+
+    def lock(self, node: TreeNode) -> int | None:
+        return None
+
+    def check_unlock(self, node: TreeNode, token: int | None) -> None:
+        if token is not None:
+            raise LockError("swa_boundary_id given, but this cache has no sliding window")
+
+    def unlock(self, node: TreeNode, token: int | None) -> None:
+        pass
+
+    def added(self, node: TreeNode) -> None:
+        pass
+
+    def deleted(self, node: TreeNode) -> int:
+        """A node left the tree; returns the SWA tokens that freed."""
+        return 0
+
+    def evict(self, swa_num_tokens: int, result: EvictResult) -> None:
+        pass
+
+    def reset(self) -> None:
+        pass
+
+    def evictable_size(self) -> int:
+        return 0
+
+    def protected_size(self) -> int:
+        return 0
+
+    def check(self) -> None:
+        pass
+
+
+@dataclass(frozen=True)
+class WindowLock:
+    """One ``inc_lock_ref`` in SWA mode: the handle's node and where its window starts.
+
+    The window is the chain of nodes from ``node`` up to the node starting at token
+    ``top``; splits never move token positions, so the record stays exact across them.
+    """
+
+    node: TreeNode
+    top: int
+
+
+def start_of(node: TreeNode) -> int:
+    """The token position where ``node``'s key starts on its root path."""
+    return sum(len(n) for n in path_to_root(node)) - len(node)
+
+
+class SlidingWindow(FullAttention):
+    """The SWA part: tombstones, window-constrained matches, SWA locks, SWA eviction."""
+
+    def __init__(self, cache: RadixCache, window: int) -> None:
+        allocator = cache.token_to_kv_pool_allocator
+        if allocator is not None and not callable(getattr(allocator, "free_swa", None)):
+            raise UsageError(
+                "sliding_window_size needs an allocator with free_swa(indices): freeing "
+                "only the SWA KV of a tombstone with free() would free its full KV twice"
+            )
+        self.cache = cache
+        self.window = window
+        self._evictable = 0
+        self._protected = 0
+        self._locks: dict[int, WindowLock] = {}
+        self._lock_ids = itertools.count(1)
+
+    # ---- match ---------------------------------------------------------------------------
+
+    def match_end(self, path: Sequence[TreeNode]) -> int:
+        """How many nodes of a matched path a match may keep: the longest valid prefix."""
+        best, live = 0, None  # live: tokens since the last tombstone (None: no tombstone)
+        for depth, node in enumerate(path, 1):
+            live = 0 if node.swa_tombstone else (None if live is None else live + len(node))
+            if live is None or live >= self.window:
+                best = depth
+        return best
+
+    # ---- insert --------------------------------------------------------------------------
+
+    def insert_overlap(
+        self, path: list[TreeNode], value: torch.Tensor, prev_prefix_len: int, swa_evicted: int
+    ) -> TreeNode | None:
+        """Take ownership of the caller's indices over the cached part of the key.
+
+        Below ``prev_prefix_len`` the caller's indices are the tree's own (it matched
+        them) and are left alone. Above it, each cached node either keeps its indices and
+        the caller's duplicates are freed, or — a tombstone whose SWA KV the caller still
+        holds, and that no running request uses — adopts the caller's indices and lives
+        again. Returns the last node of the (possibly further split) path.
+        """
+        start, last = 0, path[-1] if path else None
+        for node in path:
+            end = start + len(node)
+            if end > prev_prefix_len:
+                last = self._settle(node, start, value, prev_prefix_len, swa_evicted)
+            start = end
+        return last
+
+    def _settle(
+        self, node: TreeNode, start: int, value: torch.Tensor, prev: int, swa_evicted: int
+    ) -> TreeNode:
+        if start < prev:  # the upper part is the caller's protected prefix: the tree's own
+            self.cache._split(node, prev - start)
+            start = prev
+        if node.swa_tombstone and start < swa_evicted < start + len(node):
+            # The caller holds no SWA KV for the upper part: it stays a tombstone.
+            upper = self.cache._split(node, swa_evicted - start)
+            self.cache._free_indices(value[start : start + len(upper)])
+            start = swa_evicted
+        incoming = value[start : start + len(node)]
+        if node.swa_tombstone and swa_evicted <= start and node.lock_ref == 0:
+            self.cache._free(node)  # full KV only: its SWA KV is gone already
+            node.value = incoming
+            node.swa_tombstone = False
+            self._evictable += len(node)
+        else:  # the tree keeps its indices (a running request may be using them)
+            self.cache._free_indices(incoming)
+        return node
+
+    def suffix_split(self, start: int, end: int, swa_evicted: int) -> int:
+        """The caller already freed the SWA KV below ``swa_evicted``: that part is a tombstone."""
+        return min(max(start, swa_evicted), end)
+
+    # ---- locks ---------------------------------------------------------------------------
+
+    def check_insert(self, prev_prefix_len: int, swa_evicted: int) -> None:
+        p = self.cache.page_size
+        for name, n in (("prev_prefix_len", prev_prefix_len), ("swa_evicted_seqlen", swa_evicted)):
+            if n % p:
+                raise UsageError(f"{name} must be a multiple of page_size {p}, got {n}")
+
+    def check_lock(self, node: TreeNode) -> None:
+        if node.swa_tombstone:
+            raise UsageError(
+                f"node {node.id} is a tombstone (its sliding-window KV was freed): "
+                "lock the last_node of a match instead"
+            )
+
+    def lock(self, node: TreeNode) -> int:
+        """SWA-lock the live nodes from ``node`` up until they hold W tokens; returns the id."""
+        covered, top = 0, start_of(node) + len(node)
+        for n in path_to_root(node):
+            if n.swa_tombstone or covered >= self.window:
+                break
+            if n.swa_lock_ref == 0:
+                self._evictable -= len(n)
+                self._protected += len(n)
+            n.swa_lock_ref += 1
+            covered += len(n)
+            top -= len(n)
+        lock_id = next(self._lock_ids)
+        self._locks[lock_id] = WindowLock(node, top)
+        return lock_id
+
+    def check_unlock(self, node: TreeNode, token: int | None) -> None:
+        self._record(node, token)
+
+    def unlock(self, node: TreeNode, token: int | None) -> None:
+        lock_id, record = self._record(node, token)
+        del self._locks[lock_id]
+        for n in self._window_nodes(record):
+            n.swa_lock_ref -= 1
+            if n.swa_lock_ref == 0:
+                self._protected -= len(n)
+                self._evictable += len(n)
+
+    def _record(self, node: TreeNode, token: int | None) -> tuple[int, WindowLock]:
+        """The lock to undo: the one ``token`` names, or the newest on ``node``."""
+        if token is None:
+            mine = [i for i, r in self._locks.items() if r.node is node]
+            if not mine:
+                raise LockError(f"dec_lock_ref on a node that holds no lock: {node!r}")
+            token = max(mine)
+        record = self._locks.get(token)
+        if record is None or record.node is not node:
+            raise LockError(f"swa_boundary_id {token!r} is not a lock held on node {node.id}")
+        return token, record
+
+    def _window_nodes(self, record: WindowLock) -> list[TreeNode]:
+        """The nodes a lock's window covers, bottom up (splits may have added some)."""
+        nodes, start = [], start_of(record.node) + len(record.node)
+        for n in path_to_root(record.node):
+            if start <= record.top:
+                break
+            nodes.append(n)
+            start -= len(n)
+        return nodes
+
+    # ---- sizes and deletion ----------------------------------------------------------------
+
+    def added(self, node: TreeNode) -> None:
+        if not node.swa_tombstone:
+            self._evictable += len(node)
+
+    def deleted(self, node: TreeNode) -> int:
+        if node.swa_tombstone:
+            return 0
+        self._evictable -= len(node)
+        return len(node)
+
+    def evictable_size(self) -> int:
+        return self._evictable
+
+    def protected_size(self) -> int:
+        return self._protected
+
+    def reset(self) -> None:
+        self._evictable = self._protected = 0
+        self._locks.clear()
+
+    # ---- eviction ------------------------------------------------------------------------
+
+    def evict(self, swa_num_tokens: int, result: EvictResult) -> None:
+        """Phase 2: free SWA KV, least recently used first, until ``swa_num_tokens`` are freed.
+
+        An SWA-unlocked internal node becomes a tombstone; an unlocked leaf goes whole
+        (leaves are never tombstones).
+        """
+        if result.swa_evicted >= swa_num_tokens:
+            return
+        heap = [(n.recency(), n) for n in iter_subtree(self.cache.root) if self._can_drop_swa(n)]
+        heapq.heapify(heap)
+        while result.swa_evicted < swa_num_tokens and heap:
+            _, node = heapq.heappop(heap)
+            if node.evicted or not self._can_drop_swa(node):
+                continue
+            if node.children:
+                self._tombstone(node, result)
+            else:
+                self.cache._delete_with_tombstones(node, result)
+
+    def _can_drop_swa(self, node: TreeNode) -> bool:
+        # A locked leaf is always SWA-locked too: its window starts with it.
+        return not node.swa_tombstone and node.swa_lock_ref == 0
+
+    def _tombstone(self, node: TreeNode, result: EvictResult) -> None:
+        allocator: Any = self.cache.token_to_kv_pool_allocator
+        if allocator is not None:
+            allocator.free_swa(node.value)
+        node.swa_tombstone = True
+        self._evictable -= len(node)
+        result.swa_evicted += len(node)
+
+    # ---- invariants ----------------------------------------------------------------------
+
+    def check(self) -> None:
+        evictable = protected = 0
+        windows: dict[int, int] = {}
+        for record in self._locks.values():
+            require("INV-21", not record.node.evicted, "an SWA lock outlived its node")
+            for n in self._window_nodes(record):
+                windows[id(n)] = windows.get(id(n), 0) + 1
+        for node in iter_subtree(self.cache.root):
+            size = len(node)
+            require("INV-20", not (node.swa_tombstone and not node.children), "tombstone leaf")
+            require("INV-21", node.swa_lock_ref == windows.get(id(node), 0), "swa_lock_ref")
+            require("INV-21", node.swa_lock_ref <= node.lock_ref, "swa lock without full lock")
+            if node.swa_tombstone:
+                require("INV-21", node.swa_lock_ref == 0, f"node {node.id} locked tombstone")
+            elif node.swa_lock_ref:
+                protected += size
+            else:
+                evictable += size
+        require("INV-22", self._evictable == evictable, "swa_evictable_size drifted")
+        require("INV-22", self._protected == protected, "swa_protected_size drifted")
