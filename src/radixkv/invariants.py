@@ -6,7 +6,7 @@ same id the spec and the harness use.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import torch
 
@@ -14,8 +14,19 @@ from radixkv.errors import InvariantViolation
 from radixkv.hashing import chain_page_hashes, namespace_seed
 from radixkv.tree import TreeNode, child_key
 
-if TYPE_CHECKING:
-    from radixkv.radix_cache import RadixCache
+
+class RadixCache(Protocol):
+    """What ``check_tree`` reads: any cache built on the core tree (RadixCache, Mamba...)."""
+
+    @property
+    def root(self) -> TreeNode: ...
+
+    @property
+    def page_size(self) -> int: ...
+
+    def evictable_size(self) -> int: ...
+
+    def protected_size(self) -> int: ...
 
 
 def require(inv_id: str, condition: bool, message: str) -> None:

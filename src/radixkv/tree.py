@@ -7,12 +7,12 @@ here, never read, so no operation synchronises with the device.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import cast
+from typing import TypeVar, cast
 
 import torch
 
 from radixkv.base import RadixKey
-from radixkv.tokens import Tokens
+from radixkv.tokens import Tokens, common_prefix_len
 
 ChildKey = tuple[str | None, Tokens]
 
@@ -115,17 +115,22 @@ def iter_subtree(root: TreeNode) -> Iterator[TreeNode]:
         stack.extend(node.children.values())
 
 
-def split_node(node: TreeNode, split_len: int, new_id: int, page_size: int) -> TreeNode:
+N = TypeVar("N", bound=TreeNode)
+
+
+def split_node(node: N, split_len: int, new_id: int, page_size: int) -> N:
     """Cut ``node`` after ``split_len`` tokens and return the new upper part.
 
     The original object stays the lower part and keeps its id, so a lock handle or an
     ``on_node_evict`` mapping that names it still ends at the same token position. Lock
     counts are copied up (every handle below the lower part is below the upper part too).
+    The upper part has the node's own class, built with TreeNode's constructor arguments,
+    so subclasses (MambaTreeNode) split here too and add their own fields afterwards.
     """
     assert node.parent is not None and node.value is not None
     assert 0 < split_len < len(node) and split_len % page_size == 0
     tokens = node.tokens
-    upper = TreeNode(
+    upper = type(node)(
         new_id,
         RadixKey(tokens[:split_len], node.extra_key),
         node.value[:split_len],
@@ -146,3 +151,34 @@ def split_node(node: TreeNode, split_len: int, new_id: int, page_size: int) -> T
     node.parent = upper
     upper.children[child_key(node.extra_key, node.tokens, 0, page_size)] = node
     return upper
+
+
+class Descent:
+    """Where a key leads in a tree, without changing it (see ``descend``)."""
+
+    __slots__ = ("matched", "partial", "partial_len", "path")
+
+    def __init__(self) -> None:
+        self.path: list[TreeNode] = []  # the nodes matched whole, root excluded
+        self.matched = 0  # tokens covered by ``path``
+        self.partial: TreeNode | None = None  # the next node, if the key ends inside it
+        self.partial_len = 0  # page-aligned tokens of ``partial`` the key shares
+
+
+def descend(root: TreeNode, tokens: Tokens, extra_key: str | None, page_size: int) -> Descent:
+    """Follow ``tokens`` down from ``root`` as far as whole pages match; never splits."""
+    out = Descent()
+    node = root
+    while out.matched < len(tokens):
+        child = node.children.get(child_key(extra_key, tokens, out.matched, page_size))
+        if child is None:
+            break
+        same = common_prefix_len(child.tokens, tokens, out.matched)
+        same = same // page_size * page_size
+        if same < len(child):
+            out.partial, out.partial_len = child, same
+            break
+        out.path.append(child)
+        out.matched += same
+        node = child
+    return out
