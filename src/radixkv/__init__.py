@@ -21,6 +21,10 @@ from radixkv.errors import (
     UsageError,
 )
 from radixkv.hashing import hash_bytes, hash_to_int64, hash_token_ids, namespace_seed
+from radixkv.lru_list import LRUList
+from radixkv.mamba_node import MambaTreeNode
+from radixkv.mamba_pool import MambaStatePool
+from radixkv.mamba_radix_cache import MambaMatchResult, MambaRadixCache
 from radixkv.radix_cache import RadixCache
 from radixkv.radix_trie import RadixTrie, TrieNode
 from radixkv.tree import TreeNode
@@ -33,7 +37,12 @@ __all__ = [
     "InsertResult",
     "InvariantViolation",
     "KVIndexAllocator",
+    "LRUList",
     "LockError",
+    "MambaMatchResult",
+    "MambaRadixCache",
+    "MambaStatePool",
+    "MambaTreeNode",
     "MatchResult",
     "RadixCache",
     "RadixKVError",

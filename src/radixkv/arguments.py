@@ -1,0 +1,72 @@
+"""Argument checks shared by the caches: keys, KV values and state slots.
+
+Each returns the argument in the form the tree stores, or raises a usage error naming what
+was wrong, so a cache can check everything before it changes anything.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from radixkv.base import RadixKey
+from radixkv.errors import TokenTypeError, UsageError
+from radixkv.tokens import Tokens, page_align, require_int, validate_tokens
+
+
+def reject_unknown(kwargs: dict[str, Any]) -> None:
+    if kwargs:
+        raise UsageError(f"unexpected keyword arguments: {sorted(kwargs)}")
+
+
+def aligned_key(key: object, page_size: int) -> tuple[Tokens, str | None]:
+    """The key's whole pages as a token tuple, and its namespace."""
+    if not isinstance(key, RadixKey):
+        raise TokenTypeError(f"key must be a RadixKey, got {type(key).__name__}")
+    extra_key = key.extra_key
+    if extra_key is not None and not isinstance(extra_key, str):
+        raise TokenTypeError(f"extra_key must be a str or None, got {type(extra_key).__name__}")
+    tokens = validate_tokens(key.token_ids)
+    return tokens[: page_align(len(tokens), page_size)], extra_key
+
+
+def aligned_value(tokens: Tokens, value: object, device: torch.device) -> torch.Tensor:
+    """A private int64 copy of the first ``len(tokens)`` KV indices, on ``device``.
+
+    ``None`` stands for "the token ids are the indices" (a test convenience).
+    """
+    n = len(tokens)
+    if value is None:
+        if any(isinstance(t, tuple) for t in tokens):
+            raise UsageError("value=None needs int token ids; bigram keys need a value")
+        return torch.tensor(tokens, dtype=torch.int64, device=device)
+    if not isinstance(value, torch.Tensor):
+        raise TokenTypeError(f"value must be a torch.Tensor, got {type(value).__name__}")
+    if value.dim() != 1 or not _is_integer(value.dtype):
+        raise TokenTypeError(
+            f"value must be a 1-D integer tensor, got {value.dtype}{tuple(value.shape)}"
+        )
+    if value.numel() < n:
+        raise UsageError(f"value has {value.numel()} indices for {n} aligned tokens")
+    # A copy: callers pass views of request rows they go on overwriting.
+    return value[:n].to(device=device, dtype=torch.int64, copy=True)
+
+
+def state_slot(mamba_value: object) -> int | None:
+    """A state slot given as an int or a one-element integer tensor (``None`` passes)."""
+    if mamba_value is None:
+        return None
+    if isinstance(mamba_value, torch.Tensor):
+        if mamba_value.numel() != 1 or not _is_integer(mamba_value.dtype):
+            raise TokenTypeError(
+                f"mamba_value must hold one integer slot, got "
+                f"{mamba_value.dtype}{tuple(mamba_value.shape)}"
+            )
+        # Slot ids are host-side handles; a device tensor costs one sync here, once per insert.
+        mamba_value = int(mamba_value.reshape(-1)[0])
+    return require_int("mamba_value", mamba_value, 0)
+
+
+def _is_integer(dtype: torch.dtype) -> bool:
+    return not (dtype.is_floating_point or dtype.is_complex or dtype == torch.bool)

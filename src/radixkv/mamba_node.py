@@ -1,0 +1,72 @@
+"""MambaTreeNode: a core tree node plus one recurrent-state slot and two LRU list links.
+
+Kept apart from the cache so that ``LRUList`` can link nodes without importing the cache.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from radixkv.base import RadixKey
+from radixkv.tree import TreeNode
+
+
+class MambaTreeNode(TreeNode):
+    """A radix node of a hybrid (attention + SSM) model.
+
+    ``value`` holds the KV indices of the node's tokens, as in every tree node.
+    ``mamba_value`` is a 1-element int64 CPU tensor naming the state slot that holds the
+    recurrent state after the node's *last* token, or ``None`` (a mamba tombstone: the KV
+    is cached, the state is not). The root's ``mamba_value`` is an empty tensor: the initial
+    state, which needs no slot. ``full_lock_ref`` is the core ``lock_ref`` (handles at this
+    node or below); ``mamba_lock_ref`` counts the handles held at exactly this node, each of
+    which protects its state. ``prev``/``next`` link the full LRU list and
+    ``mamba_prev``/``mamba_next`` the mamba one; ``None`` means "not a member".
+    """
+
+    __slots__ = ("mamba_lock_ref", "mamba_next", "mamba_prev", "mamba_value", "next", "prev")
+
+    def __init__(
+        self,
+        node_id: int,
+        key: RadixKey,
+        value: torch.Tensor | None,
+        parent: TreeNode | None,
+        last_access_time: float,
+    ) -> None:
+        super().__init__(node_id, key, value, parent, last_access_time)
+        self.mamba_value: torch.Tensor | None = None
+        self.mamba_lock_ref = 0
+        self.prev: MambaTreeNode | None = None
+        self.next: MambaTreeNode | None = None
+        self.mamba_prev: MambaTreeNode | None = None
+        self.mamba_next: MambaTreeNode | None = None
+
+    @property
+    def full_lock_ref(self) -> int:
+        return self.lock_ref
+
+    @full_lock_ref.setter
+    def full_lock_ref(self, count: int) -> None:
+        self.lock_ref = count
+
+    @property
+    def mamba_tombstone(self) -> bool:
+        """The node has full KV but its mamba state was evicted (or never given)."""
+        return self.value is not None and self.mamba_value is None
+
+    @property
+    def slot(self) -> int | None:
+        """The state slot this node owns; ``None`` for a tombstone and for the root."""
+        if self.mamba_value is None or self.mamba_value.numel() == 0:
+            return None
+        return int(self.mamba_value[0])  # a CPU tensor: no device synchronisation
+
+    def __repr__(self) -> str:
+        shown = list(self.tokens[:8])
+        more = "..." if len(self) > 8 else ""
+        return (
+            f"MambaTreeNode(id={self.id}, key={shown}{more}, extra_key={self.extra_key!r}, "
+            f"slot={self.slot}, full_lock_ref={self.lock_ref}, "
+            f"mamba_lock_ref={self.mamba_lock_ref}, t={self.last_access_time})"
+        )
