@@ -1,0 +1,51 @@
+"""radixkv's executable spec: what the prefix caches mean, in standard-library Python.
+
+Never imports torch or radixkv: the model must stay independent of the implementation it
+judges. See SPEC.md for the prose.
+"""
+
+from spec.hashing import (
+    encode_page,
+    hash_bytes,
+    hash_to_int64,
+    hash_token_ids,
+    namespace_seed,
+    page_hashes,
+)
+from spec.invariants import INVARIANTS, SpecUsageError, SpecViolation
+from spec.model import PagePath, Position, PrefixCacheModel
+from spec.tokens import (
+    MAX_TOKEN_ID,
+    Namespace,
+    Token,
+    aligned,
+    common_page_prefix_len,
+    common_prefix_len,
+    page_align,
+    validate_namespace,
+    validate_tokens,
+)
+
+__all__ = [
+    "INVARIANTS",
+    "MAX_TOKEN_ID",
+    "Namespace",
+    "PagePath",
+    "Position",
+    "PrefixCacheModel",
+    "SpecUsageError",
+    "SpecViolation",
+    "Token",
+    "aligned",
+    "common_page_prefix_len",
+    "common_prefix_len",
+    "encode_page",
+    "hash_bytes",
+    "hash_to_int64",
+    "hash_token_ids",
+    "namespace_seed",
+    "page_align",
+    "page_hashes",
+    "validate_namespace",
+    "validate_tokens",
+]

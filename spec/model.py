@@ -1,0 +1,458 @@
+"""The meaning of RadixCache (non-SWA), as a model shaped unlike a tree.
+
+The model is a map from *page positions* to KV indices. A page position ``(ns, path)`` is
+a namespace and a non-empty page-aligned token prefix; it stands for the last page of
+``path`` and maps to that page's ``page_size`` KV indices. There are no nodes: a radix
+tree is one way to store this map, and a tree bug (a lost split, a wrong child key, a
+lock that stops short of the root) shows up as a disagreement with it.
+
+Positions are pages, not tokens, because with ``page_size > 1`` the cached pages
+``[1, 2]`` and ``[1, 3]`` hold two different KV indices for the same first token.
+
+The set of cached positions is prefix-closed: a cached path implies each of its shorter
+page-aligned prefixes. Besides the map the model keeps, per position:
+
+* ``recency``: the tick of the last match or insert whose path went through it;
+* ``born``: the tick of the insert that (last) added it;
+
+and ``handles``, a ``Counter`` of outstanding lock handles per position. ``clock`` is the
+model's logical clock: each match, insert and reset takes the next tick. Only the order
+of ticks is observable, so an implementation's clock may also advance on other calls.
+
+A lock handle (a node object in an implementation) obtained at tick ``t`` is stale once
+the cache was reset after ``t`` (``last_reset > t``) or a position on its path is gone or
+was born after ``t``: that node was deleted, whatever now sits at its position.
+
+The model's own invariants are asserted by ``PrefixCacheModel.check``; CrossHair checks
+the contracts of the pure helpers it is built from.
+"""
+
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from typing import TypeAlias
+
+from spec.invariants import SpecViolation, holds, require
+from spec.tokens import (
+    MAX_TOKEN_ID,
+    Namespace,
+    Token,
+    aligned,
+    extends,
+    validate_namespace,
+    validate_tokens,
+)
+
+PagePath: TypeAlias = tuple[Token, ...]
+Position: TypeAlias = tuple[Namespace, PagePath]
+# One namespace's cached pages: page position -> the KV indices of that page.
+PageTable: TypeAlias = Mapping[PagePath, tuple[int, ...]]
+
+
+def page_prefixes(path: PagePath, page_size: int) -> list[PagePath]:
+    """Every non-empty page-aligned prefix of ``path``, shortest first.
+
+    pre: page_size >= 1
+    post: len(__return__) == len(path) // page_size
+    post: all(len(q) == (i + 1) * page_size for i, q in enumerate(__return__))
+    """
+    return [path[:end] for end in range(page_size, len(path) + 1, page_size)]
+
+
+def cached_len(table: PageTable, key: PagePath, page_size: int) -> int:
+    """Length of the longest prefix of ``key`` whose every page is cached in ``table``.
+
+    pre: page_size >= 1
+    post: __return__ % page_size == 0 and 0 <= __return__ <= len(key)
+    post: all(key[:n] in table for n in range(page_size, __return__ + 1, page_size))
+    post: __return__ + page_size > len(key) or key[: __return__ + page_size] not in table
+    """
+    n = 0
+    while n + page_size <= len(key) and key[: n + page_size] in table:
+        n += page_size
+    return n
+
+
+def path_indices(table: PageTable, path: PagePath, page_size: int) -> tuple[int, ...]:
+    """The KV indices of the cached page-aligned ``path``, in token order.
+
+    pre: page_size >= 1
+    pre: len(path) % page_size == 0 and cached_len(table, path, page_size) == len(path)
+    pre: all(len(page) == page_size for page in table.values())
+    post: len(__return__) == len(path)
+    """
+    return tuple(i for q in page_prefixes(path, page_size) for i in table[q])
+
+
+def child_paths(table: PageTable, path: PagePath, page_size: int) -> list[PagePath]:
+    """The cached positions exactly one page below ``path``.
+
+    pre: page_size >= 1
+    post: all(len(q) == len(path) + page_size and extends(q, path) for q in __return__)
+    """
+    below = len(path) + page_size
+    return [q for q in table if len(q) == below and extends(q, path)]
+
+
+def validate_index(value: object) -> int:
+    """Return ``value`` if it is a KV index (an int in ``[0, 2**63)``); else raise.
+
+    raises: TypeError, ValueError
+    post: 0 <= __return__ < MAX_TOKEN_ID
+    """
+    # Indices live in int64 tensors; bool is not an index
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise TypeError(f"KV index must be an int, got {type(value).__name__}")
+    if not 0 <= value < MAX_TOKEN_ID:
+        raise ValueError(f"KV index {value} is outside [0, 2**63)")
+    return int(value)
+
+
+class PrefixCacheModel:
+    """The cached pages of a RadixCache, with lock handles and recency (see module doc)."""
+
+    def __init__(self, page_size: int = 1) -> None:
+        """An empty cache storing pages of ``page_size`` tokens.
+
+        pre: page_size >= 1
+        """
+        require(page_size >= 1, f"page_size must be >= 1, got {page_size}")
+        self.page_size = page_size
+        self.pages: dict[Namespace, dict[PagePath, tuple[int, ...]]] = {}
+        self.recency: dict[Position, int] = {}
+        self.born: dict[Position, int] = {}
+        self.handles: Counter[Position] = Counter()
+        self.clock = 0
+        self.last_reset = 0
+
+    def __repr__(self) -> str:
+        return (
+            f"PrefixCacheModel(page_size={self.page_size}, pages={self.pages!r}, "
+            f"handles={dict(self.handles)!r}, recency={self.recency!r}, clock={self.clock}, "
+            f"last_reset={self.last_reset})"
+        )
+
+    # ----------------------------------------------------------------- queries
+
+    def positions(self) -> list[Position]:
+        """Every cached page position (namespace by namespace, in insertion order)."""
+        return [(ns, path) for ns, table in self.pages.items() for path in table]
+
+    def table(self, ns: Namespace) -> PageTable:
+        """The cached pages of namespace ``ns``."""
+        return self.pages.get(ns, {})
+
+    def has_page(self, ns: Namespace, path: PagePath) -> bool:
+        """Whether ``path`` is a cached page position in ``ns`` (the empty path is the root)."""
+        return not path or path in self.table(ns)
+
+    def is_cached(self, ns: Namespace, prefix: Sequence[Token]) -> bool:
+        """Whether every token of ``prefix`` lies on a cached page path in ``ns``."""
+        length = -(-len(prefix) // self.page_size) * self.page_size
+        return not prefix or any(
+            len(path) == length and extends(path, prefix) for path in self.table(ns)
+        )
+
+    def indices_of(self, ns: Namespace, path: PagePath) -> tuple[int, ...]:
+        """The KV indices of the cached page-aligned ``path`` (no recency change)."""
+        return path_indices(self.table(ns), path, self.page_size)
+
+    def children(self, ns: Namespace, path: PagePath) -> list[PagePath]:
+        """The cached positions one page below ``path``."""
+        return child_paths(self.table(ns), path, self.page_size)
+
+    def handle_count(self, ns: Namespace, prefix: Sequence[Token]) -> int:
+        """How many lock handles are outstanding at exactly ``prefix``."""
+        return self.handles[(ns, tuple(prefix))]
+
+    def is_locked(self, ns: Namespace, prefix: Sequence[Token]) -> bool:
+        """Whether some lock handle's path runs through ``prefix`` (a lock covers its path)."""
+        return any(h_ns == ns and extends(h_path, prefix) for h_ns, h_path in self.handles)
+
+    def handle_is_stale(self, ns: Namespace, prefix: Sequence[Token], obtained_at: int) -> bool:
+        """Whether a handle to ``prefix`` obtained at tick ``obtained_at`` is stale.
+
+        It is stale once the cache was reset since (a reset replaces every node, the
+        root included), or once any position on its path was evicted since: the position
+        is gone, or it was inserted again after ``obtained_at``.
+        """
+        return obtained_at < self.last_reset or any(
+            not self.has_page(ns, q) or self.born[(ns, q)] > obtained_at
+            for q in page_prefixes(tuple(prefix), self.page_size)
+        )
+
+    def cached_indices(self) -> dict[int, tuple[Namespace, tuple[Token, ...]]]:
+        """Every cached KV index, mapped to the token it holds: (ns, the prefix ending there)."""
+        return {
+            index: (ns, path[: len(path) - self.page_size + offset + 1])
+            for index, (ns, path, offset) in self._index_owners().items()
+        }
+
+    # ------------------------------------------------------------------- sizes
+
+    def total_size(self) -> int:
+        """Cached tokens."""
+        return self.page_size * sum(len(table) for table in self.pages.values())
+
+    def protected_size(self) -> int:
+        """Cached tokens on the path of some outstanding lock handle."""
+        return self.page_size * sum(self.is_locked(ns, path) for ns, path in self.positions())
+
+    def evictable_size(self) -> int:
+        """Cached tokens on no lock handle's path."""
+        return self.page_size * sum(not self.is_locked(ns, path) for ns, path in self.positions())
+
+    def evictable_leaves(self) -> list[Position]:
+        """Unlocked cached positions with nothing cached below them: eviction candidates."""
+        return [
+            (ns, path)
+            for ns, path in self.positions()
+            if not self.is_locked(ns, path) and not self.children(ns, path)
+        ]
+
+    # -------------------------------------------------------------- operations
+
+    def match(self, extra_key: Namespace, tokens: Sequence[Token]) -> tuple[int, ...]:
+        """The KV indices of the longest cached page-aligned prefix of ``tokens``.
+
+        Takes one tick and stamps every position of the matched path with it. Raises
+        ``TypeError`` / ``ValueError`` (before any change) for a bad key.
+        """
+        ns = validate_namespace(extra_key)
+        key = aligned(validate_tokens(tokens), self.page_size)
+        path = key[: cached_len(self.table(ns), key, self.page_size)]
+        self._touch(ns, path, self._tick())
+        return self.indices_of(ns, path)
+
+    def insert(self, extra_key: Namespace, tokens: Sequence[Token], indices: Sequence[int]) -> int:
+        """Cache the whole pages of ``tokens``; return how many of them were cached already.
+
+        The cache keeps the indices it holds for the cached prefix and adopts
+        ``indices[i]`` only where it held nothing. Takes one tick and stamps the whole
+        inserted path with it. Raises (before any change) ``TypeError`` / ``ValueError``
+        for a bad key or index, and ``SpecUsageError`` if ``indices`` is shorter than the
+        aligned key or an adopted index is already cached.
+        """
+        ns = validate_namespace(extra_key)
+        key = aligned(validate_tokens(tokens), self.page_size)
+        # INV-12: a value shorter than the aligned key would leave tokens without KV
+        require(len(indices) >= len(key), f"{len(indices)} indices for {len(key)} tokens")
+        values = tuple(validate_index(i) for i in indices[: len(key)])
+        prefix_len = cached_len(self.table(ns), key, self.page_size)
+        self._require_fresh(values[prefix_len:])
+        tick = self._tick()
+        for path in page_prefixes(key, self.page_size)[prefix_len // self.page_size :]:
+            self._add_page(ns, path, values[len(path) - self.page_size : len(path)], tick)
+        self._touch(ns, key, tick)
+        return prefix_len
+
+    def lock(
+        self, extra_key: Namespace, prefix: Sequence[Token], obtained_at: int | None = None
+    ) -> None:
+        """Take a lock handle at the cached page position ``prefix`` (the root: no-op).
+
+        ``obtained_at``, when given, is the tick at which the caller got the handle (the
+        model's ``clock`` right after the match or insert that returned it); a stale
+        handle is then rejected with ``SpecUsageError``.
+        """
+        ns, path = self._handle_position(extra_key, prefix, obtained_at)
+        if path:
+            self.handles[(ns, path)] += 1
+
+    def unlock(
+        self, extra_key: Namespace, prefix: Sequence[Token], obtained_at: int | None = None
+    ) -> None:
+        """Give back one lock handle held at exactly ``prefix`` (the root: no-op).
+
+        Raises ``SpecUsageError`` if no handle is held there (or the handle is stale).
+        """
+        ns, path = self._handle_position(extra_key, prefix, obtained_at)
+        if not path:
+            return
+        # INV-5: unlocking without a handle would drive a lock count negative
+        require(self.handles[(ns, path)] > 0, f"no lock handle is held at {path!r}")
+        self.handles[(ns, path)] -= 1
+        if not self.handles[(ns, path)]:
+            del self.handles[(ns, path)]
+
+    def apply_eviction(self, target: int, groups: Sequence[Sequence[int]]) -> None:
+        """Check an implementation's ``evict(target)`` and apply it to the model.
+
+        ``groups`` are the index lists the implementation freed, one per deleted node, in
+        deletion order. Raises ``SpecViolation`` (INV-7 / INV-11), leaving the model
+        unchanged, if the eviction was not admissible.
+        """
+        # A negative target is a usage error of evict(), rejected before any change
+        require(target >= 0, f"evict({target}): the target must be >= 0")
+        before = self.copy()
+        try:
+            self._evict(target, [tuple(group) for group in groups])
+        except SpecViolation:
+            self._become(before)
+            raise
+
+    def evict(self, target: int) -> list[tuple[int, ...]]:
+        """Evict like a conforming cache whose nodes are single pages; return the groups.
+
+        One admissible choice among many (the least recent leaf page first), so the
+        model can stand in for an implementation when the harness tests itself.
+        """
+        require(target >= 0, f"evict({target}): the target must be >= 0")
+        groups: list[tuple[int, ...]] = []
+        while sum(map(len, groups)) < target and self.evictable_leaves():
+            ns, path = min(self.evictable_leaves(), key=self.recency.__getitem__)
+            groups.append(self.pages[ns][path])
+            self._drop_page(ns, path)
+        return groups
+
+    def reset(self) -> list[int]:
+        """Drop every page and every handle; return every index the cache held (to be freed).
+
+        Takes one tick, so every handle obtained before it is stale for good.
+        """
+        self.last_reset = self._tick()
+        freed = [i for ns, path in self.positions() for i in self.pages[ns][path]]
+        self.pages.clear()
+        self.recency.clear()
+        self.born.clear()
+        self.handles.clear()
+        return freed
+
+    def check(self) -> None:
+        """Assert the model's own invariants (raises ``SpecViolation``)."""
+        for ns, path in self.positions():
+            self._check_position(ns, path)
+        indices = [i for ns, path in self.positions() for i in self.pages[ns][path]]
+        # INV-7: no index is held twice
+        holds(len(set(indices)) == len(indices), "INV-7", "an index is held twice")
+        # INV-8: every cached position has a time and a birth tick, and only those
+        holds(set(self.recency) == set(self.positions()), "INV-8", "recency out of sync")
+        holds(set(self.born) == set(self.positions()), "INV-8", "birth ticks out of sync")
+        for (ns, path), count in self.handles.items():
+            # INV-5: handles are positive counts at cached positions
+            holds(count > 0 and self.has_page(ns, path), "INV-5", f"bad handle at {path!r}")
+        # INV-6: every cached token is either evictable or protected
+        sizes = self.evictable_size() + self.protected_size()
+        holds(sizes == self.total_size(), "INV-6", "sizes do not add up")
+
+    def copy(self) -> "PrefixCacheModel":
+        """An independent copy (tokens and indices are immutable, so one level deep)."""
+        twin = PrefixCacheModel(self.page_size)
+        twin._become(self)
+        return twin
+
+    # --------------------------------------------------------------- internals
+
+    def _tick(self) -> int:
+        self.clock += 1
+        return self.clock
+
+    def _touch(self, ns: Namespace, path: PagePath, tick: int) -> None:
+        for q in page_prefixes(path, self.page_size):
+            self.recency[(ns, q)] = tick
+
+    def _add_page(self, ns: Namespace, path: PagePath, page: tuple[int, ...], tick: int) -> None:
+        self.pages.setdefault(ns, {})[path] = page
+        self.born[(ns, path)] = tick
+
+    def _drop_page(self, ns: Namespace, path: PagePath) -> None:
+        del self.pages[ns][path]
+        if not self.pages[ns]:
+            del self.pages[ns]
+        del self.recency[(ns, path)]
+        del self.born[(ns, path)]
+
+    def _index_owners(self) -> dict[int, tuple[Namespace, PagePath, int]]:
+        """Every cached index, mapped to its page position and its offset in the page."""
+        return {
+            index: (ns, path, offset)
+            for ns, path in self.positions()
+            for offset, index in enumerate(self.pages[ns][path])
+        }
+
+    def _require_fresh(self, adopted: tuple[int, ...]) -> None:
+        # INV-7: an adopted index must have no other owner (the caller allocates fresh ones)
+        require(len(set(adopted)) == len(adopted), "the same index is adopted twice")
+        held = self._index_owners()
+        require(not any(i in held for i in adopted), "an adopted index is already cached")
+
+    def _handle_position(
+        self, extra_key: Namespace, prefix: Sequence[Token], obtained_at: int | None
+    ) -> Position:
+        ns = validate_namespace(extra_key)
+        path = validate_tokens(prefix)
+        # A handle from before an eviction or reset of its path is a dead node
+        stale = obtained_at is not None and self.handle_is_stale(ns, path, obtained_at)
+        require(not stale, f"the handle at {path!r} is stale")
+        # Handles are nodes, and nodes end on page boundaries of cached paths
+        require(self.has_page(ns, path), f"{path!r} is not a cached page position")
+        return (ns, path)
+
+    def _become(self, other: "PrefixCacheModel") -> None:
+        self.page_size = other.page_size
+        self.pages = {ns: dict(table) for ns, table in other.pages.items()}
+        self.recency = dict(other.recency)
+        self.born = dict(other.born)
+        self.handles = Counter(other.handles)
+        self.clock = other.clock
+        self.last_reset = other.last_reset
+
+    def _check_position(self, ns: Namespace, path: PagePath) -> None:
+        p = self.page_size
+        # INV-2: a position is a whole, non-empty page with one index per token
+        holds(len(path) > 0 and len(path) % p == 0, "INV-2", f"{path!r} is not page-aligned")
+        holds(len(self.pages[ns][path]) == p, "INV-2", f"{path!r} does not hold {p} indices")
+        # INV-3: the cached set is prefix-closed: no page hangs below a missing one
+        holds(self.has_page(ns, path[:-p]), "INV-3", f"{path!r} has no cached parent")
+        # INV-8: a parent is at least as recent as its child
+        parent_time = self.recency.get((ns, path[:-p]), self.clock)
+        holds(parent_time >= self.recency[(ns, path)], "INV-8", f"{path!r} is newer than parent")
+
+    # ---------------------------------------------------------------- eviction
+
+    def _evict(self, target: int, groups: list[tuple[int, ...]]) -> None:
+        # INV-11: a zero target deletes nothing
+        holds(target > 0 or not groups, "INV-11", f"evict({target}) deleted nodes")
+        freed = 0
+        for group in groups:
+            # INV-11: eviction stops as soon as the target is reached
+            holds(freed < target, "INV-11", f"went on evicting after freeing {freed} >= {target}")
+            self._evict_victim(group)
+            freed += len(group)
+        # INV-11: eviction stops short only when nothing evictable is left
+        stopped_early = freed < target and bool(self.evictable_leaves())
+        holds(not stopped_early, "INV-11", f"freed {freed} < {target} with leaves left")
+
+    def _evict_victim(self, group: tuple[int, ...]) -> None:
+        run = self._victim_run(group)
+        ns, leaf = run[-1]
+        # INV-11: a victim ends at a leaf: nothing is cached below it
+        holds(not self.children(ns, leaf), "INV-11", f"victim {leaf!r} is not a leaf")
+        # INV-11: a victim is one branch: no other page hangs below its upper pages
+        lone = all(len(self.children(ns, path)) == 1 for _, path in run[:-1])
+        holds(lone, "INV-11", f"victim ending at {leaf!r} cuts off a sibling branch")
+        # INV-11: locked pages are never evicted
+        locked = any(self.is_locked(ns, path) for _, path in run)
+        holds(not locked, "INV-11", f"victim ending at {leaf!r} is locked")
+        # INV-11: the victim is a least recently used evictable leaf (ties allowed)
+        oldest = min(self.recency[pos] for pos in self.evictable_leaves())
+        holds(self.recency[(ns, leaf)] == oldest, "INV-11", f"victim {leaf!r} is not LRU")
+        for _, path in run:
+            self._drop_page(ns, path)
+
+    def _victim_run(self, group: tuple[int, ...]) -> list[Position]:
+        """The positions a freed group held, checked to be whole pages along one path."""
+        p = self.page_size
+        # INV-11: a victim frees whole pages
+        holds(len(group) > 0 and len(group) % p == 0, "INV-11", f"freed {len(group)} tokens")
+        owners = self._index_owners()
+        # INV-7: only indices the cache holds may be freed, each once
+        holds(all(i in owners for i in group), "INV-7", "freed an index the cache does not hold")
+        holds(len(set(group)) == len(group), "INV-7", "freed the same index twice")
+        ns, leaf, _ = owners[group[-1]]
+        pages = len(group) // p
+        # INV-11: the group is the indices of a run of pages ending at ``leaf``, in order
+        holds(pages * p <= len(leaf), "INV-11", f"freed more pages than {leaf!r} has")
+        run = [(ns, leaf[: len(leaf) - k * p]) for k in reversed(range(pages))]
+        held = tuple(i for _, path in run for i in self.pages[ns][path])
+        holds(held == group, "INV-11", f"freed indices are not the path ending at {leaf!r}")
+        return run
