@@ -1,0 +1,446 @@
+"""The meaning of MambaRadixCache, as a model shaped unlike a tree.
+
+The KV part is the page map of ``spec.model``: page positions ``(ns, path)`` to the KV
+indices of that page, prefix-closed. The mamba part is a map ``states`` from positions to
+state slots: the recurrent state after the position's last token. A radix tree can only
+hold a state at a node end, so states sit where the implementation's nodes end; the model
+does not know the nodes, and every rule below is phrased over positions:
+
+* match: the KV alone matches ``kv_len`` tokens; the result is truncated to the deepest
+  matched position holding a state (the root's initial state counts), and the request
+  gets a copy of that state (its source slot), never the slot itself;
+* insert: new pages need a slot; the position at the key's end adopts the slot unless it
+  holds one already (``mamba_exist``);
+* locks: a handle sits at a position holding a state and protects that state (mamba
+  lock) and every page on its path (full lock);
+* recency: each match and insert takes one tick and stamps the path it returns; the LRU
+  order is (tick, depth): along one stamped path, deeper is more recent;
+* eviction: checked for admissibility against the implementation's frees (``events``).
+
+Leaves (positions with nothing cached below) always hold a state (INV-31).
+"""
+
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal, TypeAlias
+
+from spec.invariants import SpecViolation, holds, require
+from spec.model import cached_len, child_paths, page_prefixes, path_indices, validate_index
+from spec.tokens import Namespace, Token, aligned, extends, validate_namespace, validate_tokens
+
+PagePath: TypeAlias = tuple[Token, ...]
+Position: TypeAlias = tuple[Namespace, PagePath]
+RecencyKey: TypeAlias = tuple[int, int]
+Event: TypeAlias = tuple[Literal["kv"], tuple[int, ...]] | tuple[Literal["slot"], int]
+"""What an implementation freed during one evict, in order: a KV group or a state slot."""
+
+
+def truncated_len(state_ends: Sequence[int], kv_len: int) -> int:
+    """The deepest state end within the KV match; 0 (the root's initial state) if none.
+
+    pre: kv_len >= 0
+    post: 0 <= __return__ <= kv_len
+    post: __return__ == 0 or __return__ in state_ends
+    post: all(n > kv_len or n <= __return__ for n in state_ends)
+    """
+    return max((n for n in state_ends if 0 < n <= kv_len), default=0)
+
+
+def branching_seqlen(kv_len: int, prefix_len: int) -> int | None:
+    """Where the request's KV match goes on past its state: the KV-only length, else None.
+
+    pre: 0 <= prefix_len <= kv_len
+    post: __return__ is None or __return__ > prefix_len
+    post: (__return__ is None) == (kv_len == prefix_len)
+    """
+    return kv_len if kv_len > prefix_len else None
+
+
+def recency_key(tick: int, path: PagePath) -> RecencyKey:
+    """The LRU order of a position: its last tick, then depth (deeper is more recent).
+
+    post: __return__ > recency_key(tick, path[:-1]) or not path
+    """
+    return (tick, len(path))
+
+
+def validate_slot(value: object) -> int:
+    """Return ``value`` if it is a state slot id (an int >= 0); else raise.
+
+    raises: TypeError, ValueError
+    post: __return__ >= 0
+    """
+    # Slots index a pool; bool is not a slot
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise TypeError(f"state slot must be an int, got {type(value).__name__}")
+    if value < 0:
+        raise ValueError(f"state slot {value} is negative")
+    return int(value)
+
+
+@dataclass(frozen=True)
+class MambaMatch:
+    """What ``match`` means: the indices up to the state, where that state is, how far KV went."""
+
+    indices: tuple[int, ...]
+    prefix_len: int
+    source_slot: int | None  # the slot the request's copy comes from (None: initial state)
+    branching_seqlen: int | None
+
+
+class MambaCacheModel:
+    """The cached pages and states of a MambaRadixCache, with handles and recency."""
+
+    def __init__(self, page_size: int = 1) -> None:
+        """An empty cache storing pages of ``page_size`` tokens.
+
+        pre: page_size >= 1
+        """
+        require(page_size >= 1, f"page_size must be >= 1, got {page_size}")
+        self.page_size = page_size
+        self.pages: dict[Namespace, dict[PagePath, tuple[int, ...]]] = {}
+        self.states: dict[Position, int] = {}
+        self.handles: Counter[Position] = Counter()
+        self.recency: dict[Position, int] = {}
+        self.born: dict[Position, int] = {}
+        self.clock = 0
+
+    def __repr__(self) -> str:
+        return (
+            f"MambaCacheModel(page_size={self.page_size}, pages={self.pages!r}, "
+            f"states={self.states!r}, handles={dict(self.handles)!r}, clock={self.clock})"
+        )
+
+    # ----------------------------------------------------------------- queries
+
+    def positions(self) -> list[Position]:
+        return [(ns, path) for ns, table in self.pages.items() for path in table]
+
+    def has_page(self, ns: Namespace, path: PagePath) -> bool:
+        return not path or path in self.pages.get(ns, {})
+
+    def has_state(self, ns: Namespace, path: PagePath) -> bool:
+        """Whether a state is held at ``path`` (the root always holds the initial state)."""
+        return not path or (ns, path) in self.states
+
+    def children(self, ns: Namespace, path: PagePath) -> list[PagePath]:
+        return child_paths(self.pages.get(ns, {}), path, self.page_size)
+
+    def is_locked(self, ns: Namespace, path: PagePath) -> bool:
+        """Full lock: some handle's path runs through ``path``."""
+        return any(h_ns == ns and extends(h_path, path) for h_ns, h_path in self.handles)
+
+    def owned_slots(self) -> set[int]:
+        return set(self.states.values())
+
+    def cached_indices(self) -> set[int]:
+        return {i for ns, path in self.positions() for i in self.pages[ns][path]}
+
+    def contents(self) -> dict[Position, tuple[tuple[int, ...], int | None]]:
+        """Every page position with its KV indices and the slot held there (or None)."""
+        return {
+            (ns, path): (self.pages[ns][path], self.states.get((ns, path)))
+            for ns, path in self.positions()
+        }
+
+    def kv_len(self, extra_key: Namespace, tokens: Sequence[Token]) -> int:
+        """How many aligned tokens of ``tokens`` the KV alone covers (no recency change)."""
+        key = aligned(validate_tokens(tokens), self.page_size)
+        return cached_len(self.pages.get(validate_namespace(extra_key), {}), key, self.page_size)
+
+    def indices_of(self, ns: Namespace, path: PagePath) -> tuple[int, ...]:
+        """The KV indices of the cached page-aligned ``path`` (no recency change)."""
+        return path_indices(self.pages.get(ns, {}), path, self.page_size)
+
+    def handle_count(self, ns: Namespace, path: PagePath) -> int:
+        return self.handles[(ns, path)]
+
+    def handle_is_stale(self, ns: Namespace, prefix: PagePath, obtained_at: int) -> bool:
+        """A handle is stale once a page on its path was dropped (or re-added) since."""
+        return any(
+            not self.has_page(ns, q) or self.born[(ns, q)] > obtained_at
+            for q in page_prefixes(prefix, self.page_size)
+        )
+
+    def key(self, position: Position) -> RecencyKey:
+        return recency_key(self.recency[position], position[1])
+
+    # ------------------------------------------------------------------- sizes
+
+    def total_size(self) -> int:
+        return self.page_size * len(self.positions())
+
+    def protected_size(self) -> int:
+        return self.page_size * sum(self.is_locked(ns, p) for ns, p in self.positions())
+
+    def evictable_size(self) -> int:
+        return self.total_size() - self.protected_size()
+
+    def mamba_protected_size(self) -> int:
+        """State slots whose position holds a handle (units: slots, not tokens)."""
+        return sum(1 for pos in self.states if self.handles[pos] > 0)
+
+    def mamba_evictable_size(self) -> int:
+        return len(self.states) - self.mamba_protected_size()
+
+    # -------------------------------------------------------------- operations
+
+    def match(self, extra_key: Namespace, tokens: Sequence[Token]) -> MambaMatch:
+        """Truncate the KV match to its deepest state (INV-34); stamp that path."""
+        ns = validate_namespace(extra_key)
+        key = aligned(validate_tokens(tokens), self.page_size)
+        kv_len = cached_len(self.pages.get(ns, {}), key, self.page_size)
+        ends = [len(q) for q in page_prefixes(key[:kv_len], self.page_size)]
+        prefix_len = truncated_len([n for n in ends if self.has_state(ns, key[:n])], kv_len)
+        path = key[:prefix_len]
+        self._stamp(ns, path)
+        return MambaMatch(
+            indices=path_indices(self.pages.get(ns, {}), path, self.page_size),
+            prefix_len=prefix_len,
+            source_slot=self.states.get((ns, path)) if path else None,
+            branching_seqlen=branching_seqlen(kv_len, prefix_len),
+        )
+
+    def insert(
+        self,
+        extra_key: Namespace,
+        tokens: Sequence[Token],
+        indices: Sequence[int],
+        slot: object = None,
+    ) -> tuple[int, bool]:
+        """Cache the pages of ``tokens`` and the state after them; (prefix_len, mamba_exist).
+
+        Raises ``SpecUsageError`` (before any change) for a short ``indices``, an index or
+        a slot the cache already holds, or new pages without a slot.
+        """
+        ns = validate_namespace(extra_key)
+        key = aligned(validate_tokens(tokens), self.page_size)
+        given = None if slot is None else validate_slot(slot)
+        require(len(indices) >= len(key), f"{len(indices)} indices for {len(key)} tokens")
+        values = tuple(validate_index(i) for i in indices[: len(key)])
+        prefix_len = cached_len(self.pages.get(ns, {}), key, self.page_size)
+        # INV-33: a slot the tree holds is never handed in again
+        require(given is None or given not in self.owned_slots(), f"slot {given} is cached")
+        # INV-31: a leaf without a state could never be matched
+        require(given is not None or prefix_len == len(key), "new pages need a mamba slot")
+        adopted = values[prefix_len:]
+        require(not set(adopted) & self.cached_indices(), "an adopted index is cached")
+        require(len(set(adopted)) == len(adopted), "the same index is adopted twice")
+        self.clock += 1
+        for path in page_prefixes(key, self.page_size)[prefix_len // self.page_size :]:
+            self.pages.setdefault(ns, {})[path] = values[len(path) - self.page_size : len(path)]
+            self.born[(ns, path)] = self.clock
+        mamba_exist = self.has_state(ns, key)
+        if not mamba_exist and given is not None:
+            self.states[(ns, key)] = given
+        self._stamp(ns, key, tick=self.clock)
+        return prefix_len, mamba_exist
+
+    def lock(self, extra_key: Namespace, prefix: Sequence[Token]) -> None:
+        """Take a handle at ``prefix``, which must hold a state (the root: no-op)."""
+        ns, path = self._position(extra_key, prefix)
+        if path:
+            # INV-30: a handle protects the state its request resumes from
+            require(self.has_state(ns, path), f"{path!r} holds no state to lock")
+            self.handles[(ns, path)] += 1
+
+    def unlock(self, extra_key: Namespace, prefix: Sequence[Token]) -> None:
+        """Give back one handle held at exactly ``prefix`` (the root: no-op)."""
+        ns, path = self._position(extra_key, prefix)
+        if path:
+            # INV-30: an unlock no lock matches would drive a lock count negative
+            require(self.handles[(ns, path)] > 0, f"no lock handle is held at {path!r}")
+            self.handles[(ns, path)] -= 1
+            if not self.handles[(ns, path)]:
+                del self.handles[(ns, path)]
+
+    def reset(self) -> tuple[list[int], list[int]]:
+        """Drop everything; return (every KV index, every slot) the cache held, to be freed."""
+        freed = sorted(self.cached_indices()), sorted(self.owned_slots())
+        self.pages.clear()
+        self.states.clear()
+        self.handles.clear()
+        self.recency.clear()
+        self.born.clear()
+        return freed
+
+    def apply_eviction(self, num_tokens: int, mamba_slots: int, events: Sequence[Event]) -> None:
+        """Check an implementation's ``evict(num_tokens, mamba_slots)`` and apply it.
+
+        ``events`` are its frees in order: one KV group per deleted node, each followed by
+        the node's slot if it had one, and lone slots for tombstoned inner nodes. Raises
+        ``SpecViolation`` (INV-35, INV-31, INV-33), leaving the model unchanged.
+        """
+        before = self._copy()
+        try:
+            _Eviction(self, num_tokens, mamba_slots).run(list(events))
+        except SpecViolation:
+            self.__dict__.update(before.__dict__)
+            raise
+
+    def check(self) -> None:
+        """Assert the model's own invariants (raises ``SpecViolation``)."""
+        p = self.page_size
+        for ns, path in self.positions():
+            holds(self.has_page(ns, path[:-p]), "INV-3", f"{path!r} has no cached parent")
+            leaf = not self.children(ns, path)
+            holds(not leaf or self.has_state(ns, path), "INV-31", f"leaf {path!r} has no state")
+        holds(all(self.has_page(*pos) for pos in self.states), "INV-31", "state off the map")
+        slots = list(self.states.values())
+        holds(len(set(slots)) == len(slots), "INV-33", "a slot is held at two positions")
+        for pos, count in self.handles.items():
+            holds(count > 0 and pos in self.states, "INV-30", f"handle at {pos!r} has no state")
+
+    # ---------------------------------------------------------------- helpers
+
+    def _stamp(self, ns: Namespace, path: PagePath, tick: int | None = None) -> None:
+        if tick is None:
+            self.clock += 1
+            tick = self.clock
+        for q in page_prefixes(path, self.page_size):
+            self.recency[(ns, q)] = tick
+
+    def _position(self, extra_key: Namespace, prefix: Sequence[Token]) -> Position:
+        ns = validate_namespace(extra_key)
+        path = validate_tokens(prefix)
+        require(self.has_page(ns, path), f"{path!r} is not a cached page position")
+        return (ns, path)
+
+    def _copy(self) -> "MambaCacheModel":
+        other = MambaCacheModel(self.page_size)
+        other.pages = {ns: dict(table) for ns, table in self.pages.items()}
+        other.states = dict(self.states)
+        other.handles = Counter(self.handles)
+        other.recency = dict(self.recency)
+        other.born = dict(self.born)
+        other.clock = self.clock
+        return other
+
+    def _drop(self, ns: Namespace, path: PagePath) -> None:
+        del self.pages[ns][path]
+        if not self.pages[ns]:
+            del self.pages[ns]
+        del self.recency[(ns, path)]
+        del self.born[(ns, path)]
+
+    def full_candidates(self) -> list[Position]:
+        """Phase 1 candidates: unlocked positions with nothing cached below."""
+        return [
+            (ns, p)
+            for ns, p in self.positions()
+            if not self.children(ns, p) and not self.is_locked(ns, p)
+        ]
+
+    def mamba_candidates(self) -> list[Position]:
+        """Phase 2 candidates: positions holding a state with no handle there."""
+        return [pos for pos in self.states if self.handles[pos] == 0]
+
+
+class _Eviction:
+    """One evict call replayed against the model, event by event."""
+
+    def __init__(self, model: MambaCacheModel, num_tokens: int, mamba_slots: int) -> None:
+        self.m = model
+        self.num_tokens = num_tokens
+        self.mamba_slots = mamba_slots
+        self.tokens = 0
+        self.slots = 0
+        self.phase = 1 if num_tokens > 0 else 2
+        self.cascade: Position | None = None  # a childless tombstone that must go next
+        self.top: Position = (None, ())  # the position above the last deleted run
+
+    def run(self, events: list[Event]) -> None:
+        while events:
+            kind, payload = events.pop(0)
+            if kind == "kv":
+                assert isinstance(payload, tuple)
+                had_slot = self._delete(payload)
+                if had_slot is not None:
+                    follow = events.pop(0) if events else None
+                    # INV-35: a deleted node frees its KV, then its slot
+                    holds(follow == ("slot", had_slot), "INV-35", f"slot {had_slot} not freed")
+                    self.slots += 1
+                self._after_delete()
+            else:
+                assert isinstance(payload, int)
+                self._tombstone(payload)
+        holds(self.cascade is None, "INV-31", f"tombstone leaf {self.cascade!r} left behind")
+        self._phase_one_done()
+        enough = self.slots >= self.mamba_slots or not self.m.mamba_candidates()
+        holds(enough, "INV-35", f"freed {self.slots} < {self.mamba_slots} slots, states left")
+
+    def _phase_one_done(self) -> None:
+        if self.phase == 1:
+            enough = self.tokens >= self.num_tokens or not self.m.full_candidates()
+            holds(enough, "INV-35", f"freed {self.tokens} < {self.num_tokens}, leaves left")
+            self.phase = 2
+
+    def _primary(self) -> list[Position]:
+        """The candidates the next primary victim must be the least recent of."""
+        if self.phase == 1 and (self.tokens >= self.num_tokens or not self.m.full_candidates()):
+            self._phase_one_done()
+        if self.phase == 1:
+            return self.m.full_candidates()
+        # INV-35: phase 2 stops at its slot target
+        holds(self.slots < self.mamba_slots, "INV-35", f"went on after {self.slots} slots")
+        return self.m.mamba_candidates()
+
+    def _require_lru(self, position: Position, candidates: list[Position]) -> None:
+        holds(position in candidates, "INV-35", f"victim {position!r} is not a candidate")
+        oldest = min(self.m.key(pos) for pos in candidates)
+        holds(self.m.key(position) == oldest, "INV-35", f"victim {position!r} is not LRU")
+
+    def _delete(self, group: tuple[int, ...]) -> int | None:
+        """Apply one deleted node; return the slot it held (to be freed next)."""
+        ns, run = self._run(group)
+        leaf = run[-1]
+        if self.cascade is not None:
+            # INV-31: the cascade deletes the childless tombstone right after its child
+            holds((ns, leaf) == self.cascade, "INV-31", f"expected {self.cascade!r} next")
+        else:
+            self._require_lru((ns, leaf), self._primary())
+        holds(not self.m.children(ns, leaf), "INV-35", f"victim {leaf!r} is not a leaf")
+        holds(not any(self.m.is_locked(ns, q) for q in run), "INV-35", f"{leaf!r} is locked")
+        lone = all(len(self.m.children(ns, q)) == 1 for q in run[:-1])
+        holds(lone, "INV-35", f"victim ending at {leaf!r} cuts off a branch")
+        inner = any((ns, q) in self.m.states for q in run[:-1])
+        holds(not inner, "INV-31", f"a state sits inside the victim ending at {leaf!r}")
+        for q in run:
+            self.m._drop(ns, q)
+        self.tokens += len(group)
+        self.top = (ns, run[0][: -self.m.page_size])
+        return self.m.states.pop((ns, leaf), None)
+
+    def _after_delete(self) -> None:
+        ns, parent = self.top
+        childless = bool(parent) and not self.m.children(ns, parent)
+        tombstone = childless and (ns, parent) not in self.m.states
+        self.cascade = (ns, parent) if tombstone else None
+
+    def _tombstone(self, slot: int) -> None:
+        # INV-35: a lone slot is an inner node's state, never in the middle of a cascade
+        holds(self.cascade is None, "INV-35", f"slot {slot} freed before the cascade")
+        owners = [pos for pos, s in self.m.states.items() if s == slot]
+        holds(len(owners) == 1, "INV-33", f"freed slot {slot}, which the cache does not hold")
+        ns, path = owners[0]
+        self._require_lru((ns, path), self._primary())
+        holds(bool(self.m.children(ns, path)), "INV-35", f"tombstoned leaf {path!r}")
+        del self.m.states[(ns, path)]
+        self.slots += 1
+
+    def _run(self, group: tuple[int, ...]) -> tuple[Namespace, list[PagePath]]:
+        """The positions a freed KV group held: whole pages along one path, in order."""
+        p = self.m.page_size
+        holds(len(group) > 0 and len(group) % p == 0, "INV-35", f"freed {len(group)} tokens")
+        owners = {
+            index: (ns, path) for ns, path in self.m.positions() for index in self.m.pages[ns][path]
+        }
+        holds(all(i in owners for i in group), "INV-33", "freed a KV index the cache lacks")
+        ns, leaf = owners[group[-1]]
+        pages = len(group) // p
+        holds(pages * p <= len(leaf), "INV-35", f"freed more pages than {leaf!r} has")
+        run = [leaf[: len(leaf) - k * p] for k in reversed(range(pages))]
+        held = tuple(i for q in run for i in self.m.pages[ns][q])
+        holds(held == group, "INV-35", f"freed indices are not the path ending at {leaf!r}")
+        return ns, run
