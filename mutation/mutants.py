@@ -22,6 +22,9 @@ class Mutant(NamedTuple):
 CACHE = "src/radixkv/radix_cache.py"
 TREE = "src/radixkv/tree.py"
 HASHING = "src/radixkv/hashing.py"
+MAMBA = "src/radixkv/mamba_radix_cache.py"
+LRU = "src/radixkv/lru_list.py"
+MAMBA_MACHINE = "tests/machines/test_mamba_machine.py"
 
 MUTANTS: tuple[Mutant, ...] = (
     Mutant(
@@ -159,5 +162,134 @@ MUTANTS: tuple[Mutant, ...] = (
         "        tokens, extra_key = self._aligned_key(key)\n        value = self._aligned_value",
         "        self.root.last_access_time = self._clock()\n"
         "        tokens, extra_key = self._aligned_key(key)\n        value = self._aligned_value",
+    ),
+    # MambaRadixCache: the Mamba machine must catch these.
+    Mutant(
+        "mamba-lock-copied-on-split",
+        MAMBA,
+        "        upper.mamba_lock_ref = 0  # mamba locks",
+        "        upper.mamba_lock_ref = node.mamba_lock_ref  # mamba locks",
+        MAMBA_MACHINE,
+    ),
+    Mutant(
+        "mamba-state-kept-on-split-upper",
+        MAMBA,
+        "        upper.mamba_value = None\n",
+        "        upper.mamba_value = node.mamba_value\n",
+        MAMBA_MACHINE,
+    ),
+    Mutant(
+        "mamba-no-copy-on-write",
+        MAMBA,
+        "        if slot is not None:\n            self.mamba_pool.copy_states(source, slot)\n"
+        "        return slot\n",
+        "        return source\n",
+        MAMBA_MACHINE,
+    ),
+    Mutant(
+        "mamba-leaf-left-as-tombstone",
+        MAMBA,
+        "            if node.children:\n                self._free_state(node)",
+        "            if True:\n                self._free_state(node)",
+        MAMBA_MACHINE,
+    ),
+    Mutant(
+        "mamba-full-lru-touch-missing",
+        MAMBA,
+        "        self.full_lru.touch_node_and_parents_mru(node, self.root)\n",
+        "",
+        MAMBA_MACHINE,
+    ),
+    Mutant(
+        "mamba-lru-touch-missing",
+        MAMBA,
+        "        self.mamba_lru.touch_node_and_parents_mru(node, self.root)\n",
+        "",
+        MAMBA_MACHINE,
+    ),
+    Mutant(
+        "mamba-lru-touches-parent-first",
+        LRU,
+        "                anchor = current\n",
+        "",
+        MAMBA_MACHINE,
+    ),
+    Mutant(
+        "mamba-lock-propagated-to-ancestors",
+        MAMBA,
+        "            n.lock_ref += 1\n        return None",
+        "            n.lock_ref += 1\n"
+        "            n.mamba_lock_ref += n is not node\n        return None",
+        MAMBA_MACHINE,
+    ),
+    Mutant(
+        "mamba-phase1-no-tombstone-cascade",
+        MAMBA,
+        "            and parent.mamba_value is None\n",
+        "            and False\n",
+        MAMBA_MACHINE,
+    ),
+    Mutant(
+        "mamba-exist-true-for-an-ancestor",
+        MAMBA,
+        "        mamba_exist = False\n",
+        "        mamba_exist = any(self._mamba(n).mamba_value is not None for n in walk.path)\n",
+        MAMBA_MACHINE,
+    ),
+    Mutant(
+        "mamba-sizes-counted-in-tokens",
+        MAMBA,
+        "        self._mamba_evictable_size += 1  # a node",
+        "        self._mamba_evictable_size += len(node)  # a node",
+        MAMBA_MACHINE,
+    ),
+    Mutant(
+        "mamba-match-not-truncated",
+        MAMBA,
+        "        while path and path[-1].mamba_value is None:",
+        "        while False:",
+        MAMBA_MACHINE,
+    ),
+    Mutant(
+        "mamba-branching-seqlen-whole-nodes-only",
+        MAMBA,
+        "            mamba_branching_seqlen=kv_len if kv_len > prefix_len else None,",
+        "            mamba_branching_seqlen=walk.matched if walk.matched > prefix_len else None,",
+        MAMBA_MACHINE,
+    ),
+    Mutant(
+        "mamba-tombstone-lock-accepted",
+        MAMBA,
+        "        if node.mamba_value is None:\n            raise LockError",
+        "        if node.mamba_value is False:\n            raise LockError",
+        MAMBA_MACHINE,
+    ),
+    Mutant(
+        "mamba-lru-leaf-ignores-lock",
+        LRU,
+        "            if not node.children and self._lock(node) == 0:",
+        "            if not node.children:",
+        MAMBA_MACHINE,
+    ),
+    Mutant(
+        "mamba-split-upper-not-listed",
+        MAMBA,
+        "        self.full_lru.insert_after(node, upper)\n",
+        "",
+        MAMBA_MACHINE,
+    ),
+    Mutant(
+        "mamba-phase2-ignores-slot-target",
+        MAMBA,
+        "        while result.mamba_evicted < swa_num_tokens:",
+        "        while result.mamba_evicted <= swa_num_tokens:",
+        MAMBA_MACHINE,
+    ),
+    Mutant(
+        "mamba-owned-slot-accepted",
+        MAMBA,
+        "        if slot is not None and slot in self._slots:",
+        "        if slot is not None and slot in ():",
+        MAMBA_MACHINE,
     ),
 )
