@@ -23,7 +23,7 @@ from mutation.mutants import MUTANTS, Mutant
 ROOT = Path(__file__).resolve().parent.parent
 
 
-BASELINE = Mutant("(no mutant: the suite must pass)", "src/radixkv/__init__.py", "", "")
+BASELINE = Mutant("baseline", "src/radixkv/__init__.py", "", "")
 
 
 def apply(mutant: Mutant, workdir: Path) -> Path:

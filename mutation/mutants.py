@@ -22,6 +22,8 @@ class Mutant(NamedTuple):
 CACHE = "src/radixkv/radix_cache.py"
 TREE = "src/radixkv/tree.py"
 HASHING = "src/radixkv/hashing.py"
+SWA = "src/radixkv/swa.py"
+SWA_MACHINE = "tests/machines/test_swa_machine.py"
 MAMBA = "src/radixkv/mamba_radix_cache.py"
 LRU = "src/radixkv/lru_list.py"
 MAMBA_MACHINE = "tests/machines/test_mamba_machine.py"
@@ -163,6 +165,28 @@ MUTANTS: tuple[Mutant, ...] = (
         "        self.root.last_access_time = self._clock()\n"
         "        tokens, extra_key = self._aligned_key(key)\n        value = self._aligned_value",
     ),
+    # Sliding-window attention: the SWA machine must catch these.
+    Mutant(
+        "swa-window-check-off-by-one",
+        SWA,
+        "            if live is None or live >= self.window:",
+        "            if live is None or live > self.window:",
+        SWA_MACHINE,
+    ),
+    Mutant(
+        "swa-match-ignores-tombstones",
+        SWA,
+        "        best, live = 0, None  # live",
+        "        return len(path)\n        best, live = 0, None  # live",
+        SWA_MACHINE,
+    ),
+    Mutant(
+        "swa-tombstone-left-as-leaf",
+        CACHE,
+        "        while parent.swa_tombstone and self._is_evictable_leaf(parent):",
+        "        while False:",
+        SWA_MACHINE,
+    ),
     # MambaRadixCache: the Mamba machine must catch these.
     Mutant(
         "mamba-lock-copied-on-split",
@@ -291,5 +315,69 @@ MUTANTS: tuple[Mutant, ...] = (
         "        if slot is not None and slot in self._slots:",
         "        if slot is not None and slot in ():",
         MAMBA_MACHINE,
+    ),
+    Mutant(
+        "swa-unlock-ignores-window-top",
+        SWA,
+        "            if start <= record.top:\n                break\n",
+        "",
+        SWA_MACHINE,
+    ),
+    Mutant(
+        "swa-untombstone-locked-node-frees-its-kv",
+        SWA,
+        "if node.swa_tombstone and swa_evicted <= start and node.lock_ref == 0:",
+        "if node.swa_tombstone and swa_evicted <= start:",
+        SWA_MACHINE,
+    ),
+    Mutant(
+        "swa-lock-skips-tombstones",
+        SWA,
+        "            if n.swa_tombstone or covered >= self.window:\n                break\n",
+        "            if n.swa_tombstone:\n                continue\n"
+        "            if covered >= self.window:\n                break\n",
+        SWA_MACHINE,
+    ),
+    Mutant(
+        "swa-phase2-tombstones-a-leaf",
+        SWA,
+        "            if node.children:\n                self._tombstone(node, result)",
+        "            if True:\n                self._tombstone(node, result)",
+        SWA_MACHINE,
+    ),
+    Mutant(
+        "swa-revive-forgets-size",
+        SWA,
+        "            node.swa_tombstone = False\n            self._evictable += len(node)\n",
+        "            node.swa_tombstone = False\n",
+        SWA_MACHINE,
+    ),
+    Mutant(
+        "swa-insert-frees-protected-prefix",
+        SWA,
+        "            if end > prev_prefix_len:",
+        "            if True:",
+        SWA_MACHINE,
+    ),
+    Mutant(
+        "swa-evicted-suffix-cached-live",
+        SWA,
+        "        return min(max(start, swa_evicted), end)",
+        "        return start",
+        SWA_MACHINE,
+    ),
+    Mutant(
+        "swa-tombstone-frees-full-kv",
+        SWA,
+        "            allocator.free_swa(node.value)",
+        "            allocator.free(node.value)",
+        SWA_MACHINE,
+    ),
+    Mutant(
+        "swa-phase2-ignores-swa-locks",
+        SWA,
+        "        return not node.swa_tombstone and node.swa_lock_ref == 0",
+        "        return not node.swa_tombstone and node.lock_ref == 0",
+        SWA_MACHINE,
     ),
 )

@@ -218,17 +218,21 @@ class RadixCache(BasePrefixCache):
             self._free_indices(value[start:])
             return parent
         if live_from > start:
-            parent = self._add_leaf(
-                parent, tokens[start:live_from], extra_key, value[start:live_from]
-            )
-            parent.swa_tombstone = True
+            lost = slice(start, live_from)
+            parent = self._add_leaf(parent, tokens[lost], extra_key, value[lost], tombstone=True)
         return self._add_leaf(parent, tokens[live_from:], extra_key, value[live_from:])
 
     def _add_leaf(
-        self, parent: TreeNode, tokens: Tokens, extra_key: str | None, value: torch.Tensor
+        self,
+        parent: TreeNode,
+        tokens: Tokens,
+        extra_key: str | None,
+        value: torch.Tensor,
+        tombstone: bool = False,
     ) -> TreeNode:
         key = RadixKey(tokens, extra_key)
         leaf = TreeNode(next(self._node_ids), key, value, parent, parent.last_access_time)
+        leaf.swa_tombstone = tombstone
         parent.children[child_key(extra_key, tokens, 0, self.page_size)] = leaf
         self._evictable_size += len(tokens)
         self._attention.added(leaf)

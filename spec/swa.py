@@ -1,0 +1,292 @@
+"""The meaning of RadixCache with a sliding window of W tokens, page by page.
+
+Like ``spec.model`` it holds no tree: a map from page positions ``(ns, path)`` to KV
+indices, a set of *tombstoned* positions (full KV kept, sliding-window KV freed), lock
+handles and recency. An eviction is not predicted but checked: the implementation reports
+what it freed (``free``: a whole node; ``free_swa``: a node tombstoned) and the model
+accepts it only if it was admissible.
+"""
+
+import itertools
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TypeAlias
+
+from spec.invariants import holds, require
+from spec.tokens import Namespace, Token, aligned, extends
+
+PagePath: TypeAlias = tuple[Token, ...]
+Position: TypeAlias = tuple[Namespace, PagePath]
+FreeEvent: TypeAlias = tuple[str, tuple[int, ...]]  # ("free" | "free_swa", indices)
+
+
+def window_holds(tombstoned: Sequence[bool], page_size: int, window: int) -> bool:
+    """Whether a path of pages (True = tombstone) may end a match (INV-23).
+
+    Valid when no page is a tombstone, or at least ``window`` live tokens follow the last.
+
+    pre: page_size >= 1 and window >= 1
+    post: True in tombstoned or __return__
+    post: not (tombstoned and tombstoned[-1]) or not __return__
+    post: not __return__ or True not in tombstoned or len(tombstoned) * page_size >= window
+    """
+    if True not in tombstoned:
+        return True
+    last = len(tombstoned) - 1 - tombstoned[::-1].index(True)
+    return (len(tombstoned) - 1 - last) * page_size >= window
+
+
+@dataclass
+class EvictionOutcome:
+    full_evicted: int = 0
+    swa_evicted: int = 0
+    deleted: list[Position] = field(default_factory=list)
+
+
+class SlidingWindowModel:
+    """Pages, tombstones, lock handles and recency of a RadixCache with a window."""
+
+    def __init__(self, page_size: int, window: int) -> None:
+        self.page_size = page_size
+        self.window = window
+        self.pages: dict[Position, tuple[int, ...]] = {}
+        self.tombstones: set[Position] = set()
+        self.handles: Counter[Position] = Counter()
+        self.recency: dict[Position, int] = {}
+        self.clock = 0
+
+    def __repr__(self) -> str:
+        return (
+            f"SlidingWindowModel(page_size={self.page_size}, window={self.window}, "
+            f"pages={self.pages!r}, tombstones={self.tombstones!r})"
+        )
+
+    # ---- queries -------------------------------------------------------------------------
+
+    def path_pages(self, ns: Namespace, key: Sequence[Token]) -> list[Position]:
+        """The cached page positions along ``key``, from the root, as far as cached."""
+        out: list[Position] = []
+        for end in range(self.page_size, len(key) + 1, self.page_size):
+            position = (ns, tuple(key[:end]))
+            if position not in self.pages:
+                break
+            out.append(position)
+        return out
+
+    def children(self, position: Position) -> list[Position]:
+        ns, path = position
+        return [
+            q
+            for q in self.pages
+            if q[0] == ns and len(q[1]) == len(path) + self.page_size and extends(q[1], path)
+        ]
+
+    def is_locked(self, position: Position) -> bool:
+        """Some handle's path runs through ``position``."""
+        ns, path = position
+        return any(h[0] == ns and extends(h[1], path) for h in self.handles)
+
+    def minimum_windows(self) -> set[Position]:
+        """Pages every lock must keep SWA KV for: the last W live tokens above each handle."""
+        kept: set[Position] = set()
+        for ns, path in self.handles:
+            covered = 0
+            for end in range(len(path), 0, -self.page_size):
+                position = (ns, path[:end])
+                if position in self.tombstones or covered >= self.window:
+                    break
+                kept.add(position)
+                covered += self.page_size
+        return kept
+
+    def total_size(self) -> int:
+        return len(self.pages) * self.page_size
+
+    def live_size(self) -> int:
+        return (len(self.pages) - len(self.tombstones)) * self.page_size
+
+    def protected_size(self) -> int:
+        return sum(self.is_locked(q) for q in self.pages) * self.page_size
+
+    # ---- operations ----------------------------------------------------------------------
+
+    def match(self, ns: Namespace, tokens: Sequence[Token]) -> tuple[int, ...]:
+        """The indices of the longest cached prefix that satisfies the window (INV-23)."""
+        path = self.path_pages(ns, aligned(tokens, self.page_size))
+        flags = [q in self.tombstones for q in path]
+        best = max(
+            (
+                k
+                for k in range(len(path) + 1)
+                if window_holds(flags[:k], self.page_size, self.window)
+            ),
+        )
+        self._touch(path[:best])
+        return tuple(i for q in path[:best] for i in self.pages[q])
+
+    def insert(
+        self,
+        ns: Namespace,
+        tokens: Sequence[Token],
+        value: Sequence[int],
+        prev_prefix_len: int,
+        swa_evicted: int,
+    ) -> tuple[int, list[int], int]:
+        """Cache ``tokens``; returns (prefix_len, indices the cache frees, end of the cached key).
+
+        The cache owns ``value[prev_prefix_len:]`` of the aligned key: each index is adopted
+        or freed. A cached tombstone is revived with the caller's indices only if the caller
+        still holds their SWA KV and no handle runs through it (INV-24).
+        """
+        p = self.page_size
+        key = aligned(tokens, p)
+        require(len(value) >= len(key), f"{len(value)} indices for {len(key)} tokens")
+        cached = self.path_pages(ns, key)
+        matched, freed = len(cached) * p, list[int]()
+        for position in cached:
+            start = len(position[1]) - p
+            if start < prev_prefix_len:
+                continue
+            incoming = tuple(value[start : start + p])
+            revive = position in self.tombstones and swa_evicted <= start
+            if revive and not self.is_locked(position):
+                freed.extend(self.pages[position])
+                self.pages[position] = incoming
+                self.tombstones.discard(position)
+            else:
+                freed.extend(incoming)
+        live_from = min(max(matched, swa_evicted), len(key))
+        end = matched if live_from == len(key) else len(key)
+        if end == matched:
+            freed.extend(value[matched : len(key)])
+        else:
+            for start in range(matched, len(key), p):
+                position = (ns, tuple(key[: start + p]))
+                self.pages[position] = tuple(value[start : start + p])
+                if start < live_from:
+                    self.tombstones.add(position)
+        self._touch(self.path_pages(ns, key[:end]))
+        return matched, freed, end
+
+    def lock(self, position: Position) -> None:
+        """Take a handle at ``position`` (the empty path: nothing); tombstones are refused."""
+        if not position[1]:
+            return
+        require(position in self.pages, f"{position!r} is not cached")
+        require(position not in self.tombstones, f"{position!r} is a tombstone")
+        self.handles[position] += 1
+
+    def unlock(self, position: Position) -> None:
+        if not position[1]:
+            return
+        require(self.handles[position] > 0, f"no handle is held at {position!r}")
+        self.handles[position] -= 1
+        if not self.handles[position]:
+            del self.handles[position]
+
+    def reset(self) -> tuple[list[int], list[int]]:
+        """Drop everything; returns (indices freed, of those the ones whose SWA KV was live)."""
+        full = [i for q in self.pages for i in self.pages[q]]
+        live = [i for q in self.pages if q not in self.tombstones for i in self.pages[q]]
+        self.pages.clear()
+        self.tombstones.clear()
+        self.handles.clear()
+        self.recency.clear()
+        return full, live
+
+    def _touch(self, path: Sequence[Position]) -> None:
+        self.clock += 1
+        for position in path:
+            self.recency[position] = self.clock
+
+    # ---- eviction ------------------------------------------------------------------------
+
+    def apply_eviction(
+        self,
+        num_tokens: int,
+        swa_num_tokens: int,
+        events: Sequence[FreeEvent],
+        swa_locked: set[Position],
+    ) -> EvictionOutcome:
+        """Check an implementation's ``evict`` (its free events, in order) and apply it.
+
+        ``swa_locked`` are the positions the implementation held SWA-locked before the call
+        (node-granular, so at least ``minimum_windows()``). Raises SpecViolation (INV-11,
+        INV-20, INV-24) unless every step was admissible and the counts stop right.
+        """
+        out = EvictionOutcome()
+        phase1 = num_tokens > 0
+        for kind, indices in events:
+            run = self._run_of(indices)
+            if phase1 and (out.full_evicted >= num_tokens or not self._evictable_leaves()):
+                phase1 = False
+            cascade = all(q in self.tombstones for q in run)
+            if not phase1:
+                # INV-11: phase 2 runs only while SWA tokens are still wanted
+                holds(cascade or out.swa_evicted < swa_num_tokens, "INV-11", "phase 2 overran")
+            if kind == "free":
+                among = self._evictable_leaves() if phase1 else self._swa_candidates(swa_locked)
+                self._delete(run, out, lru=not cascade, among=among)
+            else:
+                holds(not phase1, "INV-11", "free_swa during phase 1")
+                self._tombstone(run, out, swa_locked)
+        # INV-20: leaves are never tombstones
+        holds(not self._tombstone_leaves(), "INV-20", "eviction left a tombstone leaf")
+        short_full = num_tokens > 0 and out.full_evicted < num_tokens
+        holds(not (short_full and self._evictable_leaves()), "INV-11", "phase 1 stopped early")
+        wanted = out.swa_evicted < swa_num_tokens
+        holds(not (wanted and self._swa_candidates(swa_locked)), "INV-11", "phase 2 stopped early")
+        return out
+
+    def _run_of(self, indices: tuple[int, ...]) -> list[Position]:
+        owners = {i: q for q, page in self.pages.items() for i in page}
+        # INV-7: only cached indices are freed by an eviction
+        holds(all(i in owners for i in indices), "INV-7", f"evict freed uncached {indices}")
+        run = sorted({owners[i] for i in indices}, key=lambda q: len(q[1]))
+        pages = tuple(i for q in run for i in self.pages[q])
+        holds(sorted(pages) == sorted(indices), "INV-11", "a free is not whole pages")
+        for upper, lower in itertools.pairwise(run):
+            holds(lower in self.children(upper), "INV-11", "a freed run is not one path")
+        return run
+
+    def _evictable_leaves(self) -> list[Position]:
+        return [q for q in self.pages if not self.children(q) and not self.is_locked(q)]
+
+    def _tombstone_leaves(self) -> list[Position]:
+        return [q for q in self.tombstones if not self.children(q)]
+
+    def _swa_candidates(self, swa_locked: set[Position]) -> list[Position]:
+        return [q for q in self.pages if q not in self.tombstones and q not in swa_locked]
+
+    def _delete(
+        self, run: list[Position], out: EvictionOutcome, lru: bool, among: list[Position]
+    ) -> None:
+        leaf = run[-1]
+        # INV-11: a whole unlocked leaf, and under LRU the least recently used one
+        holds(not self.children(leaf), "INV-11", f"deleted {leaf!r} has children")
+        holds(not any(self.is_locked(q) for q in run), "INV-24", "freed a locked page")
+        if lru:
+            oldest = min(self.recency[q] for q in among)
+            holds(self.recency[leaf] <= oldest, "INV-11", f"{leaf!r} is not the LRU leaf")
+        for q in run:
+            out.full_evicted += self.page_size
+            if q not in self.tombstones:
+                out.swa_evicted += self.page_size
+            self.tombstones.discard(q)
+            del self.pages[q]
+            del self.recency[q]
+            out.deleted.append(q)
+
+    def _tombstone(
+        self, run: list[Position], out: EvictionOutcome, swa_locked: set[Position]
+    ) -> None:
+        # INV-24: SWA KV of a lock's window is never freed, and a tombstone is not a leaf
+        holds(not set(run) & self.minimum_windows(), "INV-24", "free_swa inside a lock window")
+        holds(not set(run) & swa_locked, "INV-24", "free_swa of an SWA-locked node")
+        holds(not set(run) & self.tombstones, "INV-24", "free_swa of a tombstone")
+        holds(bool(self.children(run[-1])), "INV-20", "tombstoned a leaf")
+        oldest = min(self.recency[q] for q in self._swa_candidates(swa_locked))
+        holds(self.recency[run[-1]] <= oldest, "INV-11", "tombstoned a non-LRU node")
+        self.tombstones.update(run)
+        out.swa_evicted += len(run) * self.page_size
