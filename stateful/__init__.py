@@ -1,16 +1,42 @@
-"""The conformance harness: Hypothesis state machines that drive a prefix cache and the spec.
+"""The conformance kit: Hypothesis state machines that drive a prefix cache and the spec.
 
-Any implementation runs it through an adapter of plain values (``PrefixCacheAdapter``):
-``machine_for("MyCacheMachine", factory).TestCase`` is a pytest/unittest test case.
+Any implementation runs it through an adapter of plain values (``PrefixCacheAdapter``) and a
+semantic profile (``stateful.semantics``) naming what it may do differently::
+
+    report = run_conformance(my_factory, profile=SGLANG)
+    report.raise_for_failures()
+
+``machine_for("MyCacheMachine", factory, semantics).TestCase`` is the same machine as a
+pytest/unittest test case. Failures are shrunk and kept as replayable JSON traces
+(``stateful.trace``, FORMAT.md).
 """
 
 from stateful.adapter import PrefixCacheAdapter, RadixCacheAdapter, Sizes
+from stateful.conformance import ConformanceError, ConformanceReport, Failure, run_conformance
 from stateful.machines import RadixCacheMachine, machine_for
+from stateful.semantics import (
+    CHUNK_CACHE,
+    MAX_RADIX_TRIE,
+    RADIXKV,
+    SEMANTICS,
+    SGLANG,
+    Semantics,
+)
 
 __all__ = [
+    "CHUNK_CACHE",
+    "MAX_RADIX_TRIE",
+    "RADIXKV",
+    "SEMANTICS",
+    "SGLANG",
+    "ConformanceError",
+    "ConformanceReport",
+    "Failure",
     "PrefixCacheAdapter",
     "RadixCacheAdapter",
     "RadixCacheMachine",
+    "Semantics",
     "Sizes",
     "machine_for",
+    "run_conformance",
 ]

@@ -45,8 +45,12 @@ class PrefixCacheAdapter(Protocol):
 
     def insert(
         self, tokens: tuple[Any, ...], namespace: Any, indices: tuple[int, ...]
-    ) -> tuple[int, Any]:
-        """Returns (prefix_len, handle of the node ending at the aligned key)."""
+    ) -> tuple[int | None, Any]:
+        """Returns (prefix_len, handle of the node ending at the aligned key).
+
+        ``prefix_len`` is ``None`` for a cache that does not report it (profile
+        ``duplicates="kept"``, like MAX's RadixTrie).
+        """
 
     def lock(self, handle: Any) -> Any:
         """Lock the path to ``handle``; returns whatever the unlock needs back."""

@@ -1,64 +1,150 @@
-"""The ``radixkv`` command line: ``radixkv check`` runs the conformance machines."""
+"""The ``radixkv`` command line: ``radixkv check`` runs the conformance kit.
+
+    radixkv check                                  # radixkv's RadixCache, ChunkCache, RadixTrie
+    radixkv check MODULE:FACTORY [--profile NAME]  # another implementation, under a profile
+    radixkv check --replay TRACE.json [MODULE:FACTORY]
+
+``--profile`` names a semantic profile (radixkv, chunk, max, sglang; default: the module's
+``SEMANTICS``, else radixkv). How long to search is the Hypothesis settings profile:
+``--hypothesis-profile ci|dev|thorough`` (default ``HYPOTHESIS_PROFILE``, else ci) or
+``--thorough``; for compatibility ``--profile ci|dev|thorough`` means the same.
+Exit status 0 only when everything held.
+"""
 
 from __future__ import annotations
 
 import argparse
+import importlib
+import os
 import sys
+from collections import Counter
 from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+SETTINGS_PROFILES = ("ci", "dev", "thorough")
+OWN = (  # what ``radixkv check`` with no argument checks
+    ("RadixCache", "stateful.adapter:RadixCacheAdapter", "radixkv"),
+    ("ChunkCache", "stateful.adapters.chunk:factory", "chunk"),
+    ("RadixTrie", "stateful.adapters.max_trie:factory", "max"),
+)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="radixkv", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="radixkv", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     commands = parser.add_subparsers(dest="command", required=True)
-    check = commands.add_parser("check", help="model-check radixkv's own caches against the spec")
+    check = commands.add_parser("check", help="model-check a prefix cache against the spec")
+    check.add_argument("target", nargs="?", help="MODULE:FACTORY (default: radixkv's caches)")
+    check.add_argument("--profile", help="semantic profile (or a Hypothesis profile name)")
+    check.add_argument("--hypothesis-profile", choices=SETTINGS_PROFILES, default=None)
+    check.add_argument("--thorough", action="store_true", help="= --hypothesis-profile thorough")
+    check.add_argument("--replay", type=Path, help="replay a JSON trace instead of searching")
     check.add_argument(
-        "--profile",
-        choices=["ci", "dev", "thorough"],
-        default=None,
-        help="Hypothesis profile (default: HYPOTHESIS_PROFILE, else ci)",
+        "--traces", type=Path, default=Path("conformance-traces"), help="where failures go"
     )
     args = parser.parse_args(argv)
-    return _check(args.profile)
-
-
-def _check(profile: str | None) -> int:
-    import os
-
-    if profile is not None:
-        os.environ["HYPOTHESIS_PROFILE"] = profile
+    settings_profile = args.hypothesis_profile or ("thorough" if args.thorough else None)
+    semantics_name = args.profile
+    if semantics_name in SETTINGS_PROFILES:
+        settings_profile, semantics_name = semantics_name, None
+    if settings_profile is not None:
+        os.environ["HYPOTHESIS_PROFILE"] = settings_profile
     os.environ.setdefault("HYPOTHESIS_PROFILE", "ci")
-    from stateful import profiles
-    from stateful.adapter import RadixCacheAdapter
-    from stateful.machines import machine_for
-    from stateful.runner import run_machine
+    from stateful.semantics import SEMANTICS
 
-    name = profiles.load_profile()
-    print(f"radixkv check: profile {name!r}")
-    reports = [
-        run_machine("RadixCache", machine_for("RadixCacheMachine", RadixCacheAdapter)),
-    ]
-    for report in reports:
-        _print_report(report)
-    failed = [r.name for r in reports if not r.passed]
-    print("all invariants held" if not failed else f"FAILED: {', '.join(failed)}")
+    if semantics_name is not None and semantics_name not in SEMANTICS:
+        parser.error(f"unknown --profile {semantics_name!r}; known: {sorted(SEMANTICS)}")
+    if args.replay is not None:
+        return _replay(args.replay, args.target, semantics_name)
+    targets: list[tuple[str, str, str | None]] = list(OWN)
+    if args.target:
+        targets = [(args.target, args.target, semantics_name)]
+    return _check(targets, args.traces)
+
+
+def _load(target: str) -> tuple[Any, Any]:
+    """The factory named ``MODULE:ATTR`` and its module's ``SEMANTICS`` (or None)."""
+    module_name, _, attr = target.partition(":")
+    if not attr:
+        raise SystemExit(f"radixkv check: expected MODULE:FACTORY, got {target!r}")
+    module = importlib.import_module(module_name)
+    return getattr(module, attr), getattr(module, "SEMANTICS", None)
+
+
+def _semantics(name: str | None, declared: Any) -> Any:
+    from stateful.semantics import RADIXKV, SEMANTICS
+
+    if name is not None:
+        return SEMANTICS[name]
+    return declared if declared is not None else RADIXKV
+
+
+def _check(targets: list[tuple[str, str, str | None]], traces: Path) -> int:
+    from stateful import profiles
+    from stateful.conformance import run_conformance
+    from stateful.trace import write
+
+    settings_name = profiles.load_profile()
+    print(f"radixkv check: Hypothesis settings profile {settings_name!r}")
+    failed: list[str] = []
+    for label, target, semantics_name in targets:
+        factory, declared = _load(target)
+        semantics = _semantics(semantics_name, declared)
+        report = run_conformance(
+            factory, profile=semantics, name=label, progress=_progress_line(label)
+        )
+        print(file=sys.stderr)
+        print("\n" + report.render())
+        for i, failure in enumerate(report.failures, 1):
+            path = traces / f"{_slug(label)}-{i}.json"
+            write(failure.trace, path)
+            print(f"  trace of failure {i}: {path}  (radixkv check --replay {path} {target})")
+        if not report.passed:
+            failed.append(label)
+    print("\nall invariants held" if not failed else f"\nFAILED: {', '.join(failed)}")
     return 1 if failed else 0
 
 
-def _print_report(report: object) -> None:
-    from stateful.runner import MachineReport
+def _progress_line(label: str) -> Any:
+    def show(stats: Counter[str]) -> None:
+        print(
+            f"\r  {label}: runs {stats['runs']:>5}  steps {stats['steps']:>7}"
+            f"  invariant checks {stats['invariant checks']:>7}",
+            end="",
+            file=sys.stderr,
+            flush=True,
+        )
 
-    assert isinstance(report, MachineReport)
-    stats = report.stats
-    verdict = "ok" if report.passed else "FAILED"
-    steps = sum(
-        n for what, n in stats.items() if what not in ("invariant checks", "evicted tokens")
-    )
-    print(f"\n{report.name}: {verdict} in {report.seconds:.1f}s")
-    print(f"  runs {stats['runs']}, steps {steps}, invariant checks {stats['invariant checks']}")
-    for what, n in sorted(stats.items()):
-        print(f"    {what:<32} {n:>8}")
-    if report.failure:
-        print(report.failure, file=sys.stderr)
+    return show
+
+
+def _replay(path: Path, target: str | None, semantics_name: str | None) -> int:
+    from stateful.trace import load, replay
+
+    document = load(path)
+    if target is None:
+        target = "stateful.adapter:RadixCacheAdapter"
+        semantics_name = semantics_name or "radixkv"
+    factory, declared = _load(target)
+    semantics = _semantics(semantics_name or document["semantics"], None)
+    if semantics_name is None and declared is not None:
+        semantics = declared
+    result = replay(document, factory, semantics)
+    recorded = document.get("failure") or {}
+    print(f"replayed {result.steps}/{len(document['steps'])} steps of {path} against {target}")
+    if recorded:
+        print(f"  recorded failure: {recorded.get('check')}: {recorded.get('message')}")
+    if result.passed:
+        print("  every check held")
+        return 0
+    print(f"  FAILED at {result.check}: {result.message}")
+    return 1
+
+
+def _slug(label: str) -> str:
+    return "".join(ch if ch.isalnum() else "-" for ch in label.lower()).strip("-")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,77 @@
+"""radixkv's ChunkCache under the machine: it must share nothing and free nothing."""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+from typing import Any
+
+import torch
+
+import radixkv
+from stateful.adapter import FreeSink, Sizes, Slot
+from stateful.semantics import CHUNK_CACHE
+
+SEMANTICS = CHUNK_CACHE
+
+
+class ChunkCacheAdapter:
+    usage_errors: tuple[type[BaseException], ...] = (radixkv.UsageError,)
+
+    def __init__(self, page_size: int, sink: FreeSink) -> None:
+        assert page_size == 1, "ChunkCache has no page size"
+        self.page_size = page_size
+        self.cache = radixkv.ChunkCache(_Refuse(sink))
+
+    def match(self, tokens: tuple[Any, ...], namespace: Any) -> tuple[tuple[int, ...], Any]:
+        result = self.cache.match_prefix(radixkv.RadixKey(list(tokens), namespace))
+        return tuple(result.indices.tolist()), result.last_node
+
+    def insert(
+        self, tokens: tuple[Any, ...], namespace: Any, indices: tuple[int, ...]
+    ) -> tuple[int | None, Any]:
+        value = torch.tensor(indices, dtype=torch.int64)
+        result = self.cache.insert(radixkv.RadixKey(list(tokens), namespace), value)
+        return result.prefix_len, result.last_node
+
+    def lock(self, handle: Any) -> Any:
+        return self.cache.inc_lock_ref(handle)
+
+    def unlock(self, handle: Any, token: Any) -> None:
+        self.cache.dec_lock_ref(handle)
+
+    def evict(self, num_tokens: Any) -> int:
+        return self.cache.evict(num_tokens).full_evicted
+
+    def reset(self) -> None:
+        self.cache.reset()
+
+    def sizes(self) -> Sizes:
+        c = self.cache
+        return Sizes(c.evictable_size(), c.protected_size(), c.total_size())
+
+    def contents(self) -> dict[Slot, int]:
+        return {}
+
+    def page_hashes(self, handle: Any) -> list[str]:
+        raise NotImplementedError("ChunkCache has no page hashes")
+
+    def check(self) -> None:
+        assert not hasattr(self.cache, "page_size"), "ChunkCache must not have a page_size"
+
+    def snapshot(self) -> Hashable:
+        return self.sizes()
+
+
+class _Refuse:
+    """An allocator that forwards frees to the sink (the machine flags any as a bug)."""
+
+    def __init__(self, sink: FreeSink) -> None:
+        self.sink = sink
+        self.device = torch.device("cpu")
+
+    def free(self, indices: torch.Tensor) -> None:
+        self.sink(tuple(int(i) for i in indices.tolist()))
+
+
+def factory(page_size: int, sink: FreeSink) -> ChunkCacheAdapter:
+    return ChunkCacheAdapter(page_size, sink)

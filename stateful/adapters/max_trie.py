@@ -1,0 +1,109 @@
+"""radixkv's RadixTrie (MAX's API) under the machine.
+
+A block is one page: the adapter passes each page's KV indices as one tuple-valued block,
+so the machine's per-token ownership checks apply unchanged. The trie reports no
+``prefix_len`` (profile ``duplicates="kept"``); locks are fresh sequence ids; evicted
+blocks go to the sink one page at a time, in the order ``evict_blocks`` returns them.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Hashable
+from typing import Any
+
+import radixkv
+from radixkv.radix_trie import TrieNode
+from radixkv.tokens import validate_tokens
+from stateful.adapter import FreeSink, Sizes, Slot
+from stateful.semantics import MAX_RADIX_TRIE
+
+SEMANTICS = MAX_RADIX_TRIE
+
+
+class RadixTrieAdapter:
+    usage_errors: tuple[type[BaseException], ...] = (radixkv.UsageError,)
+
+    def __init__(self, page_size: int, sink: FreeSink) -> None:
+        self.page_size = page_size
+        self.sink = sink
+        self.trie = radixkv.RadixTrie(page_size)
+        self.sequences = itertools.count()
+
+    def _pages(self, indices: tuple[int, ...], n_pages: int) -> list[tuple[int, ...]]:
+        p = self.page_size
+        return [indices[i * p : i * p + p] for i in range(min(n_pages, len(indices) // p))]
+
+    def match(self, tokens: tuple[Any, ...], namespace: Any) -> tuple[tuple[int, ...], Any]:
+        node, blocks = self.trie.match_prefix(tokens)
+        return tuple(i for block in blocks for i in block), node
+
+    def insert(
+        self, tokens: tuple[Any, ...], namespace: Any, indices: tuple[int, ...]
+    ) -> tuple[int | None, Any]:
+        # MAX callers align the key themselves: the adapter plays that caller, which also
+        # validates the tail it drops (a bad token there is still a bad call).
+        n_pages = len(tokens) // self.page_size
+        aligned = tokens[: n_pages * self.page_size]
+        validate_tokens(tokens[len(aligned) :])
+        return None, self.trie.insert(aligned, self._pages(indices, n_pages))
+
+    def lock(self, handle: Any) -> Any:
+        seq = next(self.sequences)
+        self.trie.mark_in_use_by(handle, seq)
+        return seq
+
+    def unlock(self, handle: Any, token: Any) -> None:
+        self.trie.mark_not_in_use_by(handle, token)
+
+    def evict(self, num_tokens: Any) -> int:
+        p = self.page_size
+        wanted = num_tokens if num_tokens <= 0 else -(-num_tokens // p)
+        evicted = self.trie.evict_blocks(wanted)
+        for block in evicted:
+            self.sink(tuple(block))
+        return len(evicted) * p
+
+    def reset(self) -> None:
+        raise NotImplementedError("RadixTrie has no reset")
+
+    def sizes(self) -> Sizes:
+        p = self.page_size
+        total = len(self.trie.get_all_blocks()) * p
+        evictable = len(self.trie.get_evictable_blocks()) * p
+        return Sizes(evictable, total - evictable, total)
+
+    def contents(self) -> dict[Slot, int]:
+        out: dict[Slot, int] = {}
+        p = self.page_size
+        stack: list[tuple[TrieNode, tuple[Any, ...]]] = [(self.trie.root, ())]
+        while stack:
+            node, path = stack.pop()
+            for child in node.children.values():
+                child_path = path + child.tokens
+                start = len(path)
+                for page, block in enumerate(child.blocks):
+                    end = start + (page + 1) * p
+                    for offset, index in enumerate(block):
+                        out[(None, child_path[:end], offset)] = index
+                stack.append((child, child_path))
+        return out
+
+    def page_hashes(self, handle: Any) -> list[str]:
+        raise NotImplementedError("RadixTrie has no page hashes")
+
+    def check(self) -> None:
+        all_blocks, evictable = self.trie.get_all_blocks(), self.trie.get_evictable_blocks()
+        assert evictable <= all_blocks, "evictable blocks that the trie does not hold"
+
+    def snapshot(self) -> Hashable:
+        seqs = tuple(sorted(map(str, n.active_seqs)) for n in self.trie._nodes())
+        return (
+            tuple(self.trie.pretty_format(print_blocks=True)),
+            frozenset(self.trie.get_evictable_blocks()),
+            tuple(map(tuple, seqs)),
+        )
+
+
+def factory(page_size: int, sink: FreeSink) -> RadixTrieAdapter:
+    return RadixTrieAdapter(page_size, sink)
