@@ -159,7 +159,7 @@ class MambaRadixCache(BasePrefixCache):
             path.pop()  # a tombstone's KV is useless without the state after it
         last = path[-1] if path else self.root
         cow_slot = self._copy_on_write(last)
-        if last is not self.root and cow_slot is None:
+        if cow_slot is None and last.slot is not None and self.mamba_pool is not None:
             path, last = [], self.root  # no slot to copy the state into: a hit is unusable
         prefix_len = sum(len(n) for n in path)
         self._touch(last)
