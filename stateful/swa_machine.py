@@ -174,6 +174,9 @@ class SlidingWindowMachine(RuleBasedStateMachine):
         self.epoch = 0
         self.deleted_at: dict[Position, int] = {}
         self.resets = 0
+        # A caller either names every lock it undoes or none: None undoes the newest lock
+        # on the node, so mixing the two styles on one node is the caller's own mix-up.
+        self.unlock_by_id = data.draw(st.booleans(), label="unlock by swa_boundary_id")
         type(self).stats["runs"] += 1
 
     # ---- the ledger of every index's full and SWA state ---------------------------------
@@ -272,13 +275,13 @@ class SlidingWindowMachine(RuleBasedStateMachine):
         type(self).stats["lock"] += 1
         return Held(h, token)
 
-    @rule(lock=consumes(held), by_id=st.booleans())
-    def unlock(self, lock: Held, by_id: bool) -> None:
+    @rule(lock=consumes(held))
+    def unlock(self, lock: Held) -> None:
         h = lock.handle
         if (lock.token is None and h.position[1]) or self._is_stale(h):
             self._expect_rejected(lambda: self.sut.unlock(h.node, lock.token), "dead unlock")
             return
-        self.sut.unlock(h.node, lock.token if by_id else None)
+        self.sut.unlock(h.node, lock.token if self.unlock_by_id else None)
         self.model.unlock(h.position)
         type(self).stats["unlock"] += 1
 
