@@ -100,7 +100,9 @@ class RadixCacheMachine(RuleBasedStateMachine):
 
     @initialize(data=st.data())
     def start(self, data: st.DataObject) -> None:
-        self.setup(data.draw(st.sampled_from(self.semantics.page_sizes), label="page_size"))
+        page_size = data.draw(st.sampled_from(self.semantics.page_sizes), label="page_size")
+        note(f"page_size={page_size}")
+        self.setup(page_size)
 
     def setup(self, page_size: int) -> None:
         """Start from an empty cache and an empty model (also used by trace replay)."""
@@ -117,7 +119,6 @@ class RadixCacheMachine(RuleBasedStateMachine):
         self.resets = 0
         self.trace: list[Step] = []
         cls.last_trace, cls.last_page_size, cls.last_check = self.trace, page_size, "setup"
-        note(f"page_size={page_size}")
         self._count("runs")
 
     def _count(self, what: str) -> None:

@@ -71,9 +71,17 @@ def trace_document(
     }
 
 
+def dumps(document: dict[str, Any]) -> str:
+    """The document as JSON: the header indented, one step per line."""
+    header = {k: v for k, v in document.items() if k != "steps"}
+    head = json.dumps(header, indent=1)[:-2]
+    steps = ",\n  ".join(json.dumps(step) for step in document["steps"])
+    return f'{head},\n "steps": [\n  {steps}\n ]\n}}\n'
+
+
 def write(document: dict[str, Any], path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(document, indent=1) + "\n")
+    path.write_text(dumps(document))
 
 
 def load(path: Path | str) -> dict[str, Any]:

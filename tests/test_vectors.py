@@ -1,0 +1,47 @@
+"""Replay every trace in tests/vectors/ against the implementations its ``outcomes`` name.
+
+A vector is a shrunk failing run (FORMAT.md). ``"pass"`` means every check must hold on that
+implementation (radixkv's regressions), ``"fail"`` that the recorded check must fail again
+(documentation of another engine's behaviour; skipped when that engine is not importable).
+"""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+
+import pytest
+
+from stateful.trace import load, replay
+
+VECTORS = sorted((Path(__file__).parent / "vectors").glob("*.json"))
+CASES = [
+    pytest.param(path, target, outcome, id=f"{path.stem}@{target.rsplit('.', 1)[-1]}")
+    for path in VECTORS
+    for target, outcome in load(path)["outcomes"].items()
+]
+
+
+def _factory(target: str) -> object:
+    module_name, _, attr = target.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as missing:  # an optional engine (sglang) that is not installed
+        pytest.skip(f"{target} is not importable: {missing}")
+    return getattr(module, attr)
+
+
+def test_there_are_vectors() -> None:
+    assert VECTORS, "tests/vectors/ holds no traces"
+
+
+@pytest.mark.parametrize(("path", "target", "outcome"), CASES)
+def test_vector_replays_to_its_recorded_outcome(path: Path, target: str, outcome: str) -> None:
+    document = load(path)
+    result = replay(document, _factory(target))  # type: ignore[arg-type]  # an AdapterFactory by contract
+    if outcome == "pass":
+        assert result.passed, f"{path.name} on {target}: {result.check}: {result.message}"
+    else:
+        assert not result.passed, f"{path.name} on {target} no longer fails"
+        assert result.invariant == document["failure"]["invariant"], result.message
+        assert result.steps == document["failure"]["step"], "it fails at a different step"
