@@ -192,3 +192,279 @@ class CacheHarness:
         assert self.allocator.allocated_count() == len(held)
         assert all(self.allocator.inner.is_allocated(i) for i in held)
         self.cache.check_invariants()
+
+
+# ---- sliding-window attention (SWA) ---------------------------------------------------------
+
+
+class SwaFreeError(AssertionError):
+    """A free the hybrid pool refuses: a double free, or KV that a locked node still uses."""
+
+
+class HybridPool:
+    """A hybrid KV pool for SWA tests: every index has full-attention KV and SWA KV.
+
+    ``alloc`` hands out fresh indices holding both. ``free`` releases the full KV of each
+    index (and its SWA KV if still held); ``free_swa`` releases only the SWA KV. Each call
+    is recorded, and each raises SwaFreeError on a double free: ``free`` of an index whose
+    full KV is not allocated, ``free_swa`` of an index whose SWA KV is not held. With
+    ``guard`` set to a cache, it also refuses to free what a locked node holds (``free``:
+    any node with ``lock_ref > 0``; ``free_swa``: a node with ``swa_lock_ref > 0``).
+    """
+
+    def __init__(self, device: torch.device | str = "cpu") -> None:
+        self.device = torch.device(device)
+        self.full: dict[int, bool] = {}  # every index ever allocated -> full KV held
+        self.swa: dict[int, bool] = {}  # every index ever allocated -> SWA KV held
+        self.free_calls: list[list[int]] = []
+        self.free_swa_calls: list[list[int]] = []
+        self.guard: RadixCache | None = None
+        self._next = 0
+
+    def alloc(self, n: int) -> torch.Tensor:
+        out = list(range(self._next, self._next + n))
+        self._next += n
+        for i in out:
+            self.full[i] = True
+            self.swa[i] = True
+        return torch.tensor(out, dtype=torch.int64, device=self.device)
+
+    @property
+    def freed(self) -> list[int]:
+        """Every index passed to ``free``, in call order."""
+        return [i for call in self.free_calls for i in call]
+
+    @property
+    def swa_freed(self) -> list[int]:
+        """Every index passed to ``free_swa``, in call order."""
+        return [i for call in self.free_swa_calls for i in call]
+
+    def _locked(self, swa: bool) -> set[int]:
+        if self.guard is None:
+            return set()
+        out: set[int] = set()
+        for node in live_nodes(self.guard):
+            if node.value is not None and (node.swa_lock_ref if swa else node.lock_ref) > 0:
+                out.update(ids(node.value))
+        return out
+
+    def free(self, indices: torch.Tensor) -> None:
+        batch = ids(indices)
+        if len(set(batch)) != len(batch):
+            raise SwaFreeError(f"free: an index repeats in one call: {batch}")
+        if bad := [i for i in batch if not self.full.get(i, False)]:
+            raise SwaFreeError(f"free: full KV not allocated (double free?): {bad}")
+        if bad := sorted(set(batch) & self._locked(swa=False)):
+            raise SwaFreeError(f"free: a locked node still uses {bad}")
+        for i in batch:
+            self.full[i] = False
+            self.swa[i] = False
+        self.free_calls.append(batch)
+
+    def free_swa(self, indices: torch.Tensor) -> None:
+        batch = ids(indices)
+        if len(set(batch)) != len(batch):
+            raise SwaFreeError(f"free_swa: an index repeats in one call: {batch}")
+        if bad := [i for i in batch if not self.swa.get(i, False)]:
+            raise SwaFreeError(f"free_swa: SWA KV not held (double free?): {bad}")
+        if bad := sorted(set(batch) & self._locked(swa=True)):
+            raise SwaFreeError(f"free_swa: an SWA-locked node still uses {bad}")
+        for i in batch:
+            self.swa[i] = False
+        self.free_swa_calls.append(batch)
+
+    def caller_free(self, indices: torch.Tensor) -> None:
+        """The caller (not the cache) frees indices it kept; not recorded as a cache free."""
+        batch = ids(indices)
+        assert all(self.full[i] for i in batch), f"caller double free: {batch}"
+        for i in batch:
+            self.full[i] = False
+            self.swa[i] = False
+
+    def caller_free_swa(self, indices: torch.Tensor) -> None:
+        """The caller drops SWA KV that slid out of its window (before ``swa_evicted_seqlen``)."""
+        batch = ids(indices)
+        assert all(self.swa[i] for i in batch), f"caller SWA double free: {batch}"
+        for i in batch:
+            self.swa[i] = False
+
+    def assert_no_leak(self, cache: RadixCache, caller_holds: Sequence[int] = ()) -> None:
+        """Every index ever allocated is cached, held by the caller, or fully freed.
+
+        A cached index appears in exactly one node, holds its full KV, and holds its SWA KV
+        iff its node is live (not a tombstone). ``caller_holds`` lists indices the test
+        still owns (full KV held). Also checks the cache's invariants and size identities.
+        """
+        owner: dict[int, TreeNode] = {}
+        for node in live_nodes(cache):
+            assert node.value is not None
+            for i in ids(node.value):
+                assert i not in owner, f"index {i} is held by two nodes"
+                owner[i] = node
+        kept = set(caller_holds)
+        assert not kept & owner.keys(), "the caller holds an index the tree holds"
+        for i, full in self.full.items():
+            if i in owner:
+                assert full, f"cached index {i} has no full KV (freed under the tree)"
+                live = not owner[i].swa_tombstone
+                assert self.swa[i] == live, f"index {i}: SWA held={self.swa[i]}, live={live}"
+            elif i in kept:
+                assert full, f"caller's index {i} was freed by the cache"
+            else:
+                assert not full and not self.swa[i], f"index {i} leaked (held by nobody)"
+        assert_swa_sizes(cache)
+
+
+def assert_swa_sizes(cache: RadixCache) -> None:
+    """``check_invariants`` plus the size identities of SWA mode, recomputed from the tree."""
+    cache.check_invariants()
+    nodes = live_nodes(cache)
+    live = sum(len(n) for n in nodes if not n.swa_tombstone)
+    swa_locked = sum(len(n) for n in nodes if not n.swa_tombstone and n.swa_lock_ref > 0)
+    assert cache.total_size() == sum(len(n) for n in nodes)
+    assert cache.evictable_size() + cache.protected_size() == cache.total_size()
+    assert cache.swa_evictable_size() + cache.swa_protected_size() == live
+    assert cache.swa_protected_size() == swa_locked
+    assert not any(n.swa_tombstone and not n.children for n in nodes), "a tombstone leaf"
+
+
+class SwaNodeRecord(NamedTuple):
+    """A node as plain values, SWA fields included."""
+
+    base: NodeRecord
+    swa_tombstone: bool
+    swa_lock_ref: int
+
+
+class SwaSnapshot(NamedTuple):
+    """A plain-value picture of an SWA cache: nodes, all four size counters."""
+
+    nodes: tuple[SwaNodeRecord, ...]
+    sizes: tuple[int, int, int, int, int]
+
+
+def swa_snapshot(cache: RadixCache) -> SwaSnapshot:
+    """``snapshot`` plus tombstones, SWA lock counts and the SWA size counters."""
+    nodes = sorted(all_nodes(cache), key=lambda n: n.id)
+    return SwaSnapshot(
+        tuple(SwaNodeRecord(record(n), n.swa_tombstone, n.swa_lock_ref) for n in nodes),
+        (
+            cache.evictable_size(),
+            cache.protected_size(),
+            cache.total_size(),
+            cache.swa_evictable_size(),
+            cache.swa_protected_size(),
+        ),
+    )
+
+
+@dataclass
+class SwaHarness:
+    """A RadixCache in SWA mode on a HybridPool, with an ``on_node_evict`` log.
+
+    ``put`` plays a serving engine's caller: the first ``prev_prefix_len`` indices are the
+    tree's own (from a match), the rest fresh; it drops the SWA KV of its fresh indices
+    below ``swa_evicted_seqlen`` first, and frees its unaligned tail after the insert (the
+    cache owns ``value[prev_prefix_len:aligned]``).
+    """
+
+    cache: RadixCache
+    pool: HybridPool
+    evicted_ids: list[int] = field(default_factory=list)
+
+    @classmethod
+    def make(cls, page_size: int, window: int) -> SwaHarness:
+        pool = HybridPool()
+        evicted: list[int] = []
+        cache = RadixCache(
+            page_size=page_size,
+            sliding_window_size=window,
+            token_to_kv_pool_allocator=pool,
+            on_node_evict=evicted.append,
+        )
+        pool.guard = cache
+        return cls(cache, pool, evicted)
+
+    def value_for(
+        self, tokens: Sequence[Token], prev_prefix_len: int = 0, swa_evicted_seqlen: int = 0
+    ) -> torch.Tensor:
+        """The caller's row: the tree's indices of the matched prefix, then fresh ones."""
+        prefix = self.pool.alloc(0)
+        if prev_prefix_len:
+            prefix = self.match(tokens).indices[:prev_prefix_len]
+            assert prefix.numel() == prev_prefix_len, "prev_prefix_len beyond the cached match"
+        fresh = self.pool.alloc(len(tokens) - prev_prefix_len)
+        dropped = max(0, swa_evicted_seqlen - prev_prefix_len)
+        self.pool.caller_free_swa(fresh[:dropped])
+        return torch.cat([prefix, fresh])
+
+    def put(
+        self, tokens: Sequence[Token], *, prev_prefix_len: int = 0, swa_evicted_seqlen: int = 0
+    ) -> InsertResult:
+        value = self.value_for(tokens, prev_prefix_len, swa_evicted_seqlen)
+        result = self.cache.insert(
+            RadixKey(list(tokens)),
+            value,
+            prev_prefix_len=prev_prefix_len,
+            swa_evicted_seqlen=swa_evicted_seqlen,
+        )
+        aligned = len(tokens) // self.cache.page_size * self.cache.page_size
+        self.pool.caller_free(value[aligned:])
+        return result
+
+    def match(self, tokens: Sequence[Token]) -> MatchResult:
+        return self.cache.match_prefix(RadixKey(list(tokens)))
+
+    def check(self) -> None:
+        """No index leaked or freed twice; the invariants and SWA sizes hold."""
+        self.pool.assert_no_leak(self.cache)
+
+    def chain(
+        self, lengths: Sequence[int], tombstones: Sequence[int] = (), base: int = 1000
+    ) -> list[TreeNode]:
+        """A chain of nodes with these lengths (tokens ``base, base+1, ...``); the nodes at
+        the positions in ``tombstones`` are tombstoned through phase-2 eviction.
+
+        Every node ends up with the same recency; ids grow with depth. Each tombstone is
+        made top down: the live nodes above it are locked so that phase 2 picks it first.
+        """
+        tokens = list(range(base, base + sum(lengths)))
+        end = 0
+        for n in lengths:
+            end += n
+            self.put(tokens[:end])
+        nodes = path_nodes(self.match(tokens).last_node)
+        assert [len(n) for n in nodes[-len(lengths) :]] == list(lengths)
+        nodes = nodes[-len(lengths) :]
+        assert len(lengths) - 1 not in tombstones, "leaves are never tombstones"
+        for i in sorted(tombstones):
+            keep = [n for n in nodes[:i] if not n.swa_tombstone]
+            handles = [(n, self.cache.inc_lock_ref(n)) for n in keep]
+            result = self.cache.evict(0, len(nodes[i]))
+            assert result.swa_evicted == len(nodes[i]) and nodes[i].swa_tombstone
+            for locked, handle in handles:
+                self.cache.dec_lock_ref(locked, handle)
+        return nodes
+
+
+def path_nodes(node: TreeNode) -> list[TreeNode]:
+    """The root path ending at ``node``, top down, root excluded."""
+    out: list[TreeNode] = []
+    while node.parent is not None:
+        out.append(node)
+        node = node.parent
+    return out[::-1]
+
+
+def held(*nodes: TreeNode) -> list[int]:
+    """The KV indices the given nodes hold, in order."""
+    out: list[int] = []
+    for node in nodes:
+        assert node.value is not None, f"node {node.id} was evicted"
+        out.extend(ids(node.value))
+    return out
+
+
+def tombstoned(node: TreeNode) -> bool:
+    """Whether ``node`` is a tombstone now (a call, so type checkers do not narrow it)."""
+    return node.swa_tombstone
