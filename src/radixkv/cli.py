@@ -44,6 +44,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     check.add_argument(
         "--traces", type=Path, default=Path("conformance-traces"), help="where failures go"
     )
+    check.add_argument(
+        "--max-failures", type=int, default=8, help="distinct findings to collect (default 8)"
+    )
     args = parser.parse_args(argv)
     settings_profile = args.hypothesis_profile or ("thorough" if args.thorough else None)
     semantics_name = args.profile
@@ -61,7 +64,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     targets: list[tuple[str, str, str | None]] = list(OWN)
     if args.target:
         targets = [(args.target, args.target, semantics_name)]
-    return _check(targets, args.traces)
+    return _check(targets, args.traces, args.max_failures)
 
 
 def _load(target: str) -> tuple[Any, Any]:
@@ -81,7 +84,7 @@ def _semantics(name: str | None, declared: Any) -> Any:
     return declared if declared is not None else RADIXKV
 
 
-def _check(targets: list[tuple[str, str, str | None]], traces: Path) -> int:
+def _check(targets: list[tuple[str, str, str | None]], traces: Path, max_failures: int) -> int:
     from stateful import profiles
     from stateful.conformance import run_conformance
     from stateful.trace import write
@@ -93,7 +96,11 @@ def _check(targets: list[tuple[str, str, str | None]], traces: Path) -> int:
         factory, declared = _load(target)
         semantics = _semantics(semantics_name, declared)
         report = run_conformance(
-            factory, profile=semantics, name=label, progress=_progress_line(label)
+            factory,
+            profile=semantics,
+            name=label,
+            max_failures=max_failures,
+            progress=_progress_line(label),
         )
         print(file=sys.stderr)
         print("\n" + report.render())

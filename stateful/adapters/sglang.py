@@ -1,0 +1,177 @@
+"""sglang's Python ``RadixCache`` (sglang 0.5.23) under the conformance machine.
+
+    pip install --no-deps sglang==0.5.23
+    radixkv check stateful.adapters.sglang:factory --profile sglang
+
+sglang's package ``__init__`` pulls in its whole serving stack (triton, zmq, PIL, ...). The
+radix tree needs none of it, so this adapter imports ``sglang.srt.mem_cache.radix_cache``
+without running the ``__init__`` of its parent packages, and stubs the few modules the tree
+imports but never calls (kernels, allocator and pool classes, metrics, runtime context).
+sglang's own code is used unmodified.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import sys
+import types
+from array import array
+from collections.abc import Hashable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from stateful.adapter import FreeSink, Sizes, Slot
+from stateful.semantics import SGLANG
+
+SEMANTICS = SGLANG
+
+# Packages whose __init__ would import the serving stack: loaded as bare shells.
+_SHELLS = (
+    "sglang",
+    "sglang.srt",
+    "sglang.srt.utils",
+    "sglang.srt.mem_cache",
+    "sglang.kernels",
+    "sglang.kernels.ops",
+    "sglang.kernels.ops.kvcache",
+)
+# Modules the tree imports names from but never calls on the paths the machine drives.
+_STUBS = (
+    "sglang.srt.utils.common",  # ceil_align: only in the Req-based checkpoint path
+    "sglang.srt.mem_cache.allocator",  # type annotations only
+    "sglang.srt.mem_cache.memory_pool",  # type annotations only
+    "sglang.srt.observability.metrics_collector",  # metrics are off
+    "sglang.srt.runtime_context",  # metrics/parallel context: off
+    "sglang.srt.disaggregation.kv_events",  # KV events are off
+    "sglang.kernels.ops.kvcache.mla_buffer",  # triton kernels for MLA buffers
+)
+
+
+class _Stub(types.ModuleType):
+    """A module whose every public attribute is an inert placeholder class."""
+
+    def __getattr__(self, attr: str) -> Any:
+        if attr.startswith("__"):
+            raise AttributeError(attr)
+        return type(attr, (), {})
+
+
+def _import_tree() -> Any:
+    if "sglang.srt.mem_cache.radix_cache" in sys.modules:
+        return sys.modules["sglang.srt.mem_cache.radix_cache"]
+    spec = importlib.util.find_spec("sglang")
+    if spec is None or spec.origin is None:
+        raise ImportError("sglang is not installed (pip install --no-deps sglang==0.5.23)")
+    root = Path(spec.origin).parent.parent
+    for name in _SHELLS:
+        if name not in sys.modules:
+            shell = types.ModuleType(name)
+            shell.__path__ = [str(root.joinpath(*name.split(".")))]
+            sys.modules[name] = shell
+    for name in _STUBS:
+        sys.modules.setdefault(name, _Stub(name))
+    return importlib.import_module("sglang.srt.mem_cache.radix_cache")
+
+
+radix_cache = _import_tree()
+base = importlib.import_module("sglang.srt.mem_cache.base_prefix_cache")
+
+
+class _SinkAllocator:
+    """The KV pool sglang frees into: forwards every freed index to the machine."""
+
+    def __init__(self, sink: FreeSink) -> None:
+        self.sink = sink
+        self.device = torch.device("cpu")
+
+    def free(self, indices: torch.Tensor) -> None:
+        self.sink(tuple(int(i) for i in indices.tolist()))
+
+    def free_segment(self, indices: torch.Tensor, start_pos: int = 0) -> None:
+        self.free(indices[start_pos:])
+
+
+class SglangRadixCacheAdapter:
+    """Token tuples become ``array('q')`` keys, indices int64 tensors, as sglang's callers do."""
+
+    usage_errors: tuple[type[BaseException], ...] = (
+        ValueError,
+        TypeError,
+        OverflowError,
+        AssertionError,
+    )
+
+    def __init__(self, page_size: int, sink: FreeSink) -> None:
+        self.page_size = page_size
+        self.cache = radix_cache.RadixCache.create_simulated(
+            mock_allocator=_SinkAllocator(sink), page_size=page_size
+        )
+
+    def _key(self, tokens: tuple[Any, ...], namespace: Any) -> Any:
+        return radix_cache.RadixKey(array("q", tokens), namespace)
+
+    def match(self, tokens: tuple[Any, ...], namespace: Any) -> tuple[tuple[int, ...], Any]:
+        result = self.cache.match_prefix(base.MatchPrefixParams(key=self._key(tokens, namespace)))
+        node = result.last_device_node
+        return tuple(self.cache.path_device_indices(node).tolist()), node
+
+    def insert(
+        self, tokens: tuple[Any, ...], namespace: Any, indices: tuple[int, ...]
+    ) -> tuple[int | None, Any]:
+        value = torch.tensor(indices, dtype=torch.int64)
+        params = base.InsertParams(key=self._key(tokens, namespace), value=value)
+        result = self.cache.insert(params)
+        return result.prefix_len, result.last_device_node
+
+    def lock(self, handle: Any) -> Any:
+        return self.cache.inc_lock_ref(handle)
+
+    def unlock(self, handle: Any, token: Any) -> None:
+        self.cache.dec_lock_ref(handle)
+
+    def evict(self, num_tokens: Any) -> int:
+        result = self.cache.evict(base.EvictParams(num_tokens=num_tokens))
+        return int(result.num_tokens_evicted)
+
+    def reset(self) -> None:
+        self.cache.reset()
+
+    def sizes(self) -> Sizes:
+        c = self.cache
+        return Sizes(c.evictable_size(), c.protected_size(), c.total_size())
+
+    def contents(self) -> dict[Slot, int]:
+        out: dict[Slot, int] = {}
+        p = self.page_size
+        stack: list[tuple[Any, tuple[int, ...]]] = [(self.cache.root_node, ())]
+        while stack:
+            node, path = stack.pop()
+            for child in node.children.values():
+                child_path = path + tuple(child.key.token_ids)
+                for at, index in enumerate(child.value.tolist(), len(path)):
+                    out[(child.key.extra_key, child_path[: at // p * p + p], at % p)] = index
+                stack.append((child, child_path))
+        return out
+
+    def page_hashes(self, handle: Any) -> list[str]:
+        raise NotImplementedError("sglang's page hashes use its own encoding")
+
+    def check(self) -> None:
+        """sglang has no cheap self-check on this class."""
+
+    def snapshot(self) -> Hashable:
+        nodes = []
+        stack = [self.cache.root_node]
+        while stack:
+            node = stack.pop()
+            value = tuple(node.value.tolist()) if isinstance(node.value, torch.Tensor) else ()
+            nodes.append((node.id, tuple(node.key.token_ids), value, node.lock_ref))
+            stack.extend(node.children.values())
+        return (tuple(nodes), self.sizes())
+
+
+def factory(page_size: int, sink: FreeSink) -> SglangRadixCacheAdapter:
+    return SglangRadixCacheAdapter(page_size, sink)
