@@ -210,7 +210,7 @@ class SlidingWindowMachine(RuleBasedStateMachine):
         return Handle(node, (ns, path), self.epoch, self.resets)
 
     def _is_stale(self, h: Handle) -> bool:
-        deleted = self.deleted_at.get(h.position, -1) >= h.born and bool(h.position[1])
+        deleted = self.deleted_at.get(h.position, -1) > h.born and bool(h.position[1])
         return h.resets != self.resets or deleted
 
     def _expect_rejected(self, call: Callable[[], object], what: str) -> None:
