@@ -110,6 +110,8 @@ class RadixCacheMachine(RuleBasedStateMachine):
         if cls.progress is not None:
             cls.progress()
         self.page_size = page_size
+        self.trace: list[Step] = []
+        cls.last_trace, cls.last_page_size, cls.last_check = self.trace, page_size, "setup"
         self.model = PrefixCacheModel(page_size)
         self.frees: list[tuple[int, ...]] = []
         self.sut: PrefixCacheAdapter = cls.factory(page_size, self._receive_free)
@@ -117,8 +119,6 @@ class RadixCacheMachine(RuleBasedStateMachine):
         self.freed: set[int] = set()
         self.keys_seen: list[tuple[int, ...]] = [()]
         self.resets = 0
-        self.trace: list[Step] = []
-        cls.last_trace, cls.last_page_size, cls.last_check = self.trace, page_size, "setup"
         self._count("runs")
 
     def _count(self, what: str) -> None:
