@@ -24,7 +24,7 @@ from radixkv.base import (
 )
 from radixkv.errors import LockError, StaleNodeError, TokenTypeError, UsageError
 from radixkv.hashing import chain_page_hashes, namespace_seed
-from radixkv.invariants import check_tree
+from radixkv.invariants import check_tree, require
 from radixkv.swa import FullAttention, SlidingWindow
 from radixkv.tokens import Tokens, common_prefix_len, page_align, require_int, validate_tokens
 from radixkv.tree import TreeNode, child_key, iter_subtree, path_to_root, split_node
@@ -68,6 +68,10 @@ class RadixCache(BasePrefixCache):
         self._node_ids = itertools.count()
         self._evictable_size = 0
         self._protected_size = 0
+        # The evictable leaves, kept up to date, and a heap of (recency, leaf) holding an
+        # entry for each at its current recency (stale entries are skipped when popped).
+        self._leaves: set[TreeNode] = set()
+        self._heap: list[tuple[tuple[float, int], TreeNode]] = []
         self._attention: FullAttention = (
             FullAttention()
             if sliding_window_size is None
@@ -114,6 +118,8 @@ class RadixCache(BasePrefixCache):
         self.root = self._new_root()
         self._evictable_size = 0
         self._protected_size = 0
+        self._leaves.clear()
+        self._heap.clear()
         self._attention.reset()
         for node in doomed:
             node.value = None
@@ -168,6 +174,8 @@ class RadixCache(BasePrefixCache):
         self.root.last_access_time = now
         for n in path_to_root(node):
             n.last_access_time = now
+        if node in self._leaves:  # only the deepest node can be a leaf
+            self._push_leaf(node)
 
     # ---- insert ------------------------------------------------------------------------
 
@@ -231,10 +239,15 @@ class RadixCache(BasePrefixCache):
         tombstone: bool = False,
     ) -> TreeNode:
         key = RadixKey(tokens, extra_key)
+        if not self.supports_swa:  # a private copy of just the part the tree keeps
+            value = value.clone()
         leaf = TreeNode(next(self._node_ids), key, value, parent, parent.last_access_time)
         leaf.swa_tombstone = tombstone
         parent.children[child_key(extra_key, tokens, 0, self.page_size)] = leaf
         self._evictable_size += len(tokens)
+        self._leaves.discard(parent)
+        self._leaves.add(leaf)
+        self._push_leaf(leaf)
         self._attention.added(leaf)
         return leaf
 
@@ -255,12 +268,11 @@ class RadixCache(BasePrefixCache):
         return result
 
     def _evict_leaves(self, num_tokens: int, result: EvictResult) -> None:
-        candidates = [
-            (n.recency(), n) for n in iter_subtree(self.root) if self._is_evictable_leaf(n)
-        ]
-        heapq.heapify(candidates)
+        candidates = self._heap
         while result.full_evicted < num_tokens and candidates:
-            _, leaf = heapq.heappop(candidates)
+            recency, leaf = heapq.heappop(candidates)
+            if leaf not in self._leaves or recency != leaf.recency():
+                continue  # stale: since deleted, locked, given a child, or touched
             parent = self._delete_with_tombstones(leaf, result)
             if self._is_evictable_leaf(parent):
                 heapq.heappush(candidates, (parent.recency(), parent))
@@ -283,10 +295,28 @@ class RadixCache(BasePrefixCache):
     def _is_evictable_leaf(self, node: TreeNode) -> bool:
         return node is not self.root and not node.children and node.lock_ref == 0
 
+    def _refresh_leaf(self, node: TreeNode) -> None:
+        """Track whether ``node`` is an evictable leaf (O(1); called where that can change)."""
+        if self._is_evictable_leaf(node):
+            if node not in self._leaves:
+                self._leaves.add(node)
+                self._push_leaf(node)
+        else:
+            self._leaves.discard(node)
+
+    def _push_leaf(self, node: TreeNode) -> None:
+        heap = self._heap
+        if len(heap) > 2 * len(self._leaves) + 64:  # mostly stale: rebuild
+            heap[:] = [(n.recency(), n) for n in self._leaves]
+            heapq.heapify(heap)
+        heapq.heappush(heap, (node.recency(), node))
+
     def _delete_leaf(self, leaf: TreeNode, result: EvictResult) -> None:
         parent = leaf.parent
         assert parent is not None and leaf.lock_ref == 0
         del parent.children[child_key(leaf.extra_key, leaf.tokens, 0, self.page_size)]
+        self._leaves.discard(leaf)
+        self._refresh_leaf(parent)
         self._evictable_size -= len(leaf)
         result.full_evicted += len(leaf)
         result.swa_evicted += self._attention.deleted(leaf)
@@ -324,6 +354,7 @@ class RadixCache(BasePrefixCache):
             if n.lock_ref == 0:
                 self._evictable_size -= len(n)
                 self._protected_size += len(n)
+                self._leaves.discard(n)
             n.lock_ref += 1
         return self._attention.lock(node)
 
@@ -343,6 +374,7 @@ class RadixCache(BasePrefixCache):
             if n.lock_ref == 0:
                 self._protected_size -= len(n)
                 self._evictable_size += len(n)
+                self._refresh_leaf(n)
 
     def _require_live(self, node: object) -> TreeNode:
         if not isinstance(node, TreeNode):
@@ -412,8 +444,9 @@ class RadixCache(BasePrefixCache):
             )
         if value.numel() < n:
             raise UsageError(f"value has {value.numel()} indices for {n} aligned tokens")
-        # A private copy on the pool's device: callers pass views of rows they overwrite.
-        return value[:n].to(device=self.device, dtype=torch.int64, copy=True)
+        # Callers pass views of rows they overwrite: what the tree keeps is copied, either
+        # here (a sliding window may adopt any part) or only the new suffix (_add_leaf).
+        return value[:n].to(device=self.device, dtype=torch.int64, copy=self.supports_swa)
 
     # ---- debugging ---------------------------------------------------------------------
 
@@ -424,6 +457,11 @@ class RadixCache(BasePrefixCache):
         """
         check_tree(self)
         self._attention.check()
+        leaves = {n for n in iter_subtree(self.root) if self._is_evictable_leaf(n)}
+        require("INV-6", self._leaves == leaves, "the evictable-leaf set is stale")
+        queued = {(recency, id(n)) for recency, n in self._heap}
+        fresh = all((n.recency(), id(n)) in queued for n in leaves)
+        require("INV-6", fresh, "an evictable leaf is missing from the eviction heap")
 
     def pretty_print(self) -> None:
         """Print the tree, one node a line, and the size counters."""

@@ -7,6 +7,7 @@ a node can never be changed behind the cache's back by a caller reusing its list
 from __future__ import annotations
 
 import operator
+import struct
 from collections.abc import Iterable, Sequence
 from typing import SupportsIndex, cast
 
@@ -16,6 +17,17 @@ Token = int | tuple[int, ...]
 Tokens = tuple[Token, ...]
 
 MAX_TOKEN_ID = 2**63
+_ABOVE_ONE = bytes([0, 0] + [1] * 254)  # byte -> nonzero iff it is > 1
+_PACKERS: dict[int, struct.Struct] = {}  # key length -> little-endian int64 packer
+
+
+def _packer(n: int) -> struct.Struct:
+    packer = _PACKERS.get(n)
+    if packer is None:
+        if len(_PACKERS) >= 4096:
+            _PACKERS.clear()
+        packer = _PACKERS[n] = struct.Struct(f"<{n}q")
+    return packer
 
 
 def validate_tokens(token_ids: Iterable[object]) -> Tokens:
@@ -25,11 +37,39 @@ def validate_tokens(token_ids: Iterable[object]) -> Tokens:
     tokens = tuple(token_ids)
     if not tokens:
         return ()
+    if _plain_ids(tokens):
+        return cast(Tokens, tokens)
     kinds = set(map(type, tokens))
     if kinds == {int}:
         _check_range(cast(tuple[int, ...], tokens))
         return cast(Tokens, tokens)
     return tuple(_validate_token(t, i) for i, t in enumerate(tokens))
+
+
+def _plain_ids(tokens: tuple[object, ...]) -> bool:
+    """True only if every token is an int in [0, 2**63) and none is a bool; C speed.
+
+    ``False`` proves nothing: the exact checks then run and name the problem. The packing
+    rejects non-integers and ids out of int64 range; the sum's type rejects floats and other
+    numbers (packing takes anything with ``__index__``); the sign bytes reject negative
+    ids; a 0 or 1 might be a bool, so keys holding one take the exact path.
+    """
+    try:
+        packed = _packer(len(tokens)).pack(*tokens)
+        total = sum(cast(Iterable[int], tokens))
+    except (struct.error, TypeError):
+        return False
+    if type(total) is not int or not packed[7::8].isascii():  # byte 7 holds the sign bit
+        return False
+    # Id i is above 1 iff byte i of the OR over its byte columns (the lowest mapped through
+    # _ABOVE_ONE) is nonzero. Ids below 2**24 need only the three lowest columns.
+    n = len(tokens)
+    above_one = int.from_bytes(packed[0::8].translate(_ABOVE_ONE), "little")
+    for i in range(1, 8):
+        above_one |= int.from_bytes(packed[i::8], "little")
+        if i >= 2 and 0 not in above_one.to_bytes(n, "little"):
+            return True
+    return False
 
 
 def _check_range(ids: Sequence[int]) -> None:

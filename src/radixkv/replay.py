@@ -1,0 +1,393 @@
+"""Replay a request trace against a prefix cache, the way a serving scheduler drives it.
+
+Per request, in batches (the batch's requests are in flight together):
+
+1. match the prompt, capped at ``len(prompt) - 1`` (the last prompt token is always
+   recomputed, so its logits exist), and lock the matched node;
+2. allocate KV indices for the rest of the prompt and the generated tokens; when the pool is
+   short, evict exactly the shortfall (finishing the batch's earlier requests first if even
+   that is not enough);
+3. when the request finishes, insert prompt + output with its indices, free the duplicates the
+   tree already held (``[matched, prefix_len)``) and the unaligned tail, and unlock.
+
+At the end everything is evicted and every pool index must have come back exactly once.
+Only the cache calls are timed (thread CPU time, ``time.thread_time``), with the garbage
+collector off inside the replay; allocation and bookkeeping are the driver's and untimed.
+
+Caches plug in through a small ``ReplayCache`` adapter: radixkv's ``RadixCache`` takes the
+caller's ``list[int]``; sglang's ``RadixCache`` takes ``array('q')``, converted outside the
+timed calls (``prepare``), as its callers hold them.
+"""
+
+from __future__ import annotations
+
+import gc
+import hashlib
+import importlib
+import json
+import os
+import resource
+import struct
+import sys
+import time
+from array import array
+from collections import defaultdict
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import torch
+
+from radixkv.base import RadixKey
+from radixkv.radix_cache import RadixCache
+from radixkv.workload import KINDS, Request, WorkloadConfig, generate
+
+# ---- the KV pool ----------------------------------------------------------------------
+
+
+class ReplayPool:
+    """A trusting free-stack of indices ``0 .. size-1`` (cheap: the cache calls are timed)."""
+
+    def __init__(self, size: int, device: torch.device | str = "cpu") -> None:
+        self.size = size
+        self.device = torch.device(device)
+        self._stack = torch.arange(size, dtype=torch.int64, device=self.device)
+        self.free_count = size
+
+    def alloc(self, n: int) -> torch.Tensor:
+        if n > self.free_count:
+            raise RuntimeError(f"pool short: {n} wanted, {self.free_count} free")
+        self.free_count -= n
+        return self._stack[self.free_count : self.free_count + n].clone()
+
+    def free(self, indices: torch.Tensor) -> None:
+        n = indices.numel()
+        if self.free_count + n > self.size:
+            raise AssertionError("more indices freed than the pool holds: a double free")
+        self._stack[self.free_count : self.free_count + n] = indices
+        self.free_count += n
+
+    def free_segment(self, indices: torch.Tensor, start_pos: int = 0) -> None:
+        self.free(indices[start_pos:])
+
+    def check_complete(self) -> None:
+        """Every index is free, exactly once."""
+        if self.free_count != self.size:
+            raise AssertionError(f"{self.size - self.free_count} indices never came back")
+        seen = torch.sort(self._stack).values
+        if not torch.equal(seen, torch.arange(self.size, device=self.device)):
+            raise AssertionError("an index came back twice and another never")
+
+
+# ---- adapters -------------------------------------------------------------------------
+
+
+class ReplayCache(Protocol):
+    name: str
+
+    def prepare(self, tokens: list[int]) -> Any:
+        """The key in the form this cache's callers hold it (untimed)."""
+
+    def match(self, key: Any, limit: int, extra_key: str | None) -> tuple[int, Any, Any]:
+        """(prefix_len, indices, node) of ``key[:limit]``."""
+
+    def insert(self, key: Any, extra_key: str | None, value: torch.Tensor) -> int: ...
+
+    def lock(self, node: Any) -> Any: ...
+
+    def unlock(self, node: Any, token: Any) -> None: ...
+
+    def evict(self, num_tokens: int) -> int: ...
+
+    def total_size(self) -> int: ...
+
+    def evictable_size(self) -> int: ...
+
+
+class RadixkvReplay:
+    name = "radixkv"
+
+    def __init__(self, page_size: int, pool: ReplayPool) -> None:
+        self.cache = RadixCache(page_size, token_to_kv_pool_allocator=pool)
+
+    def prepare(self, tokens: list[int]) -> Any:
+        return tokens
+
+    def match(self, key: Any, limit: int, extra_key: str | None) -> tuple[int, Any, Any]:
+        result = self.cache.match_prefix(RadixKey(key[:limit], extra_key))
+        return result.prefix_len, result.indices, result.last_node
+
+    def insert(self, key: Any, extra_key: str | None, value: torch.Tensor) -> int:
+        return self.cache.insert(RadixKey(key, extra_key), value).prefix_len
+
+    def lock(self, node: Any) -> Any:
+        return self.cache.inc_lock_ref(node)
+
+    def unlock(self, node: Any, token: Any) -> None:
+        self.cache.dec_lock_ref(node, token)
+
+    def evict(self, num_tokens: int) -> int:
+        return self.cache.evict(num_tokens).full_evicted
+
+    def total_size(self) -> int:
+        return self.cache.total_size()
+
+    def evictable_size(self) -> int:
+        return self.cache.evictable_size()
+
+
+class SglangReplay:
+    """sglang 0.5.23's Python ``RadixCache`` (``pip install --no-deps sglang==0.5.23``)."""
+
+    name = "sglang"
+
+    def __init__(self, page_size: int, pool: ReplayPool) -> None:
+        mod = importlib.import_module("stateful.adapters.sglang")  # imports the bare tree
+        self._rc, self._base = mod.radix_cache, mod.base
+        self.cache = self._rc.RadixCache.create_simulated(mock_allocator=pool, page_size=page_size)
+
+    def prepare(self, tokens: list[int]) -> Any:
+        return array("q", tokens)
+
+    def match(self, key: Any, limit: int, extra_key: str | None) -> tuple[int, Any, Any]:
+        params = self._base.MatchPrefixParams(key=self._rc.RadixKey(key, extra_key, limit=limit))
+        result = self.cache.match_prefix(params)
+        node = result.last_device_node
+        return result.device_prefix_len, self.cache.path_device_indices(node), node
+
+    def insert(self, key: Any, extra_key: str | None, value: torch.Tensor) -> int:
+        params = self._base.InsertParams(key=self._rc.RadixKey(key, extra_key), value=value)
+        return int(self.cache.insert(params).prefix_len)
+
+    def lock(self, node: Any) -> Any:
+        return self.cache.inc_lock_ref(node)
+
+    def unlock(self, node: Any, token: Any) -> None:
+        self.cache.dec_lock_ref(node)
+
+    def evict(self, num_tokens: int) -> int:
+        result = self.cache.evict(self._base.EvictParams(num_tokens=num_tokens))
+        return int(result.num_tokens_evicted)
+
+    def total_size(self) -> int:
+        return int(self.cache.total_size())
+
+    def evictable_size(self) -> int:
+        return int(self.cache.evictable_size())
+
+
+CACHES: dict[str, Callable[[int, ReplayPool], ReplayCache]] = {
+    "radixkv": RadixkvReplay,
+    "sglang": SglangReplay,
+}
+
+# ---- the replay -----------------------------------------------------------------------
+
+
+@dataclass
+class ReplayReport:
+    cache: str
+    requests: int
+    page_size: int
+    pool_size: int
+    seconds: dict[str, float] = field(default_factory=lambda: defaultdict(float))
+    tokens: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    hits: dict[str, list[int]] = field(default_factory=dict)  # kind -> [matched, asked]
+    prefix_digest: str = ""
+    cached_tokens_peak: int = 0
+    peak_rss_growth: int = 0  # bytes: ru_maxrss after minus RSS before the replay
+
+    @property
+    def cache_seconds(self) -> float:
+        return sum(self.seconds.values())
+
+    @property
+    def requests_per_s(self) -> float:
+        return self.requests / self.cache_seconds if self.cache_seconds else float("inf")
+
+    def hit_rate(self, kind: str | None = None) -> float:
+        if kind is None:
+            matched = sum(h[0] for h in self.hits.values())
+            asked = sum(h[1] for h in self.hits.values())
+        else:
+            matched, asked = self.hits.get(kind, [0, 0])
+        return matched / asked if asked else 0.0
+
+    def throughput(self, op: str) -> float:
+        """Tokens per second of ``op`` (match: tokens asked; insert: tokens given; evict)."""
+        s = self.seconds.get(op, 0.0)
+        return self.tokens.get(op, 0) / s if s else 0.0
+
+    def render(self) -> str:
+        lines = [
+            f"{self.cache}: {self.requests} requests, page size {self.page_size}, "
+            f"pool {self.pool_size}",
+            f"  requests/s (cache CPU time): {self.requests_per_s:,.0f}"
+            f"   ({self.cache_seconds * 1e3:.1f} ms in cache calls)",
+            f"  match  {self.throughput('match') / 1e6:8.1f} M tokens/s"
+            f"   insert {self.throughput('insert') / 1e6:8.1f} M tokens/s"
+            f"   evict {self.throughput('evict') / 1e6:8.1f} M tokens/s"
+            f" ({self.tokens.get('evict', 0):,} evicted)",
+            f"  hit rate {self.hit_rate():.4f}  "
+            + "  ".join(f"{k} {self.hit_rate(k):.3f}" for k in KINDS if k in self.hits),
+            f"  peak cached tokens {self.cached_tokens_peak:,}; "
+            f"peak RSS growth {self.peak_rss_growth / 2**20:.1f} MiB (ru_maxrss delta)",
+            f"  prefix-length digest {self.prefix_digest[:16]}",
+        ]
+        return "\n".join(lines)
+
+
+def _rss() -> int:
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except OSError:  # not Linux: the peak is the best we have
+        return _maxrss()
+
+
+def _maxrss() -> int:
+    scale = 1 if sys.platform == "darwin" else 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * scale
+
+
+def replay(
+    cache_name: str,
+    requests: Iterable[Request],
+    *,
+    page_size: int = 1,
+    pool_size: int = 1 << 22,
+    batch: int = 8,
+    progress: Callable[[int], None] | None = None,
+) -> ReplayReport:
+    """Drive ``cache_name`` through ``requests``; see the module docstring."""
+    pool = ReplayPool(pool_size)
+    cache = CACHES[cache_name](page_size, pool)
+    report = ReplayReport(cache_name, 0, page_size, pool_size)
+    seconds, tokens = report.seconds, report.tokens
+    digest = hashlib.sha256()
+    clock = time.thread_time
+    inflight: list[tuple[Request, Any, int, torch.Tensor, Any, Any]] = []
+    rss0 = _rss()
+
+    def make_room(need: int) -> None:
+        short = need - pool.free_count
+        if short > 0:
+            t = clock()
+            freed = cache.evict(short)
+            seconds["evict"] += clock() - t
+            tokens["evict"] += freed
+
+    def finish() -> None:
+        for request, key, matched, kv, node, token in inflight:
+            t = clock()
+            prefix_len = cache.insert(key, request.extra_key, kv)
+            seconds["insert"] += clock() - t
+            tokens["insert"] += len(kv)
+            aligned = len(kv) // page_size * page_size
+            if prefix_len > matched:
+                pool.free(kv[matched:prefix_len])
+            if aligned < len(kv):
+                pool.free(kv[aligned:])
+            t = clock()
+            cache.unlock(node, token)
+            seconds["lock"] += clock() - t
+            digest.update(struct.pack("<qq", matched, prefix_len))
+            report.requests += 1
+            report.cached_tokens_peak = max(report.cached_tokens_peak, cache.total_size())
+            if progress is not None:
+                progress(report.requests)
+        inflight.clear()
+
+    enabled = gc.isenabled()
+    gc.collect()
+    gc.disable()
+    try:
+        for request in requests:
+            full = request.full()
+            key = cache.prepare(full)
+            limit = len(request.prompt) - 1
+            t = clock()
+            matched, indices, node = cache.match(key, limit, request.extra_key)
+            seconds["match"] += clock() - t
+            t = clock()
+            token = cache.lock(node)
+            seconds["lock"] += clock() - t
+            tokens["match"] += limit
+            hit = report.hits.setdefault(request.kind, [0, 0])
+            hit[0] += matched
+            hit[1] += limit
+            need = len(full) - matched
+            make_room(need)
+            if need > pool.free_count and inflight:
+                finish()
+                make_room(need)
+            kv = torch.cat((indices, pool.alloc(need)))
+            inflight.append((request, key, matched, kv, node, token))
+            if len(inflight) >= batch:
+                finish()
+        finish()
+        t = clock()
+        tokens["evict"] += cache.evict(cache.total_size())
+        seconds["evict"] += clock() - t
+    finally:
+        if enabled:
+            gc.enable()
+    if cache.total_size() != 0:
+        raise AssertionError(f"{cache.total_size()} tokens left after evicting everything")
+    pool.check_complete()
+    report.prefix_digest = digest.hexdigest()
+    report.peak_rss_growth = max(0, _maxrss() - rss0)
+    return report
+
+
+def bytes_per_token(cache_name: str, cfg: WorkloadConfig, page_size: int = 1) -> dict[str, float]:
+    """Resident memory per cached token, no eviction: RSS delta of building the cache.
+
+    The trace is generated first as compact arrays; each key handed to the cache is built
+    fresh (new int objects for radixkv's list, a new array for sglang), so whatever the
+    cache keeps of it is counted. Run it in a fresh process for a clean figure
+    (``python -m radixkv.replay --memory CACHE``).
+    """
+    trace = [(array("q", r.full()), r.extra_key) for r in generate(cfg)]
+    pool = ReplayPool(sum(len(a) for a, _ in trace))
+    cache = CACHES[cache_name](page_size, pool)
+    gc.collect()
+    _trim()
+    rss0 = _rss()
+    for arr, extra_key in trace:
+        key = arr.tolist() if cache_name == "radixkv" else array("q", arr)
+        value = pool.alloc(len(arr))
+        cache.insert(key, extra_key, value)
+        del key, value
+    gc.collect()
+    _trim()
+    grown = _rss() - rss0
+    cached = cache.total_size()
+    return {"bytes": grown, "cached_tokens": cached, "bytes_per_token": grown / cached}
+
+
+def _trim() -> None:
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m radixkv.replay --memory CACHE [seed requests prompt_len page_size]``."""
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) < 2 or args[0] != "--memory":
+        print(main.__doc__)
+        return 2
+    given = [*args[2:], "0", "2000", "2048", "1"][:4]
+    seed, requests, prompt_len, page_size = (int(a) for a in given)
+    torch.set_num_threads(1)
+    cfg = WorkloadConfig(seed=seed, requests=requests, prompt_len=prompt_len)
+    print(json.dumps(bytes_per_token(args[1], cfg, page_size)))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
