@@ -21,7 +21,9 @@ from stateful.adapters import broken, chunk, max_trie
 from stateful.semantics import RADIXKV, Semantics
 from stateful.trace import replay
 
-QUICK = settings(max_examples=25, stateful_step_count=20, deadline=None, database=None)
+QUICK = settings(
+    max_examples=25, stateful_step_count=20, deadline=None, database=None, derandomize=True
+)
 NO_SHRINK = settings(QUICK, phases=[Phase.explicit, Phase.generate])  # finding, not minimising
 
 
@@ -41,7 +43,7 @@ def test_the_broken_adapter_fails() -> None:
     assert not report.passed
     failure = report.failures[0]
     assert failure.invariant in ("INV-7", "INV-11"), failure.message
-    assert any(step["op"] == "evict" for step in failure.trace["steps"])
+    assert failure.trace["steps"][-1]["op"] in ("evict", "reset")  # where frees go missing
     with pytest.raises(ConformanceError, match="failure 1"):
         report.raise_for_failures()
     assert not replay(failure.trace, broken.factory).passed
