@@ -3,6 +3,7 @@
     radixkv check                                  # radixkv's RadixCache, ChunkCache, RadixTrie
     radixkv check MODULE:FACTORY [--profile NAME]  # another implementation, under a profile
     radixkv check --replay TRACE.json [MODULE:FACTORY]
+    radixkv replay [--cache radixkv|sglang] [--requests N] [--page-size P] [--plot FILE]
 
 ``--profile`` names a semantic profile (radixkv, chunk, max, sglang; default: the module's
 ``SEMANTICS``, else radixkv). How long to search is the Hypothesis settings profile:
@@ -47,7 +48,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     check.add_argument(
         "--max-failures", type=int, default=8, help="distinct findings to collect (default 8)"
     )
+    from radixkv import replay
+
+    replay.add_parser(commands)
     args = parser.parse_args(argv)
+    if args.command == "replay":
+        return replay.command(args)
     settings_profile = args.hypothesis_profile or ("thorough" if args.thorough else None)
     semantics_name = args.profile
     if semantics_name in SETTINGS_PROFILES:

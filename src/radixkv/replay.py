@@ -21,6 +21,7 @@ timed calls (``prepare``), as its callers hold them.
 
 from __future__ import annotations
 
+import argparse
 import gc
 import hashlib
 import importlib
@@ -34,13 +35,14 @@ from array import array
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Protocol
 
 import torch
 
 from radixkv.base import RadixKey
 from radixkv.radix_cache import RadixCache
-from radixkv.workload import KINDS, Request, WorkloadConfig, generate
+from radixkv.workload import KINDS, Request, WorkloadConfig, generate, trace_digest
 
 # ---- the KV pool ----------------------------------------------------------------------
 
@@ -373,6 +375,111 @@ def _trim() -> None:
         ctypes.CDLL("libc.so.6").malloc_trim(0)
     except (OSError, AttributeError):
         pass
+
+
+# ---- the command line (``radixkv replay``) ----------------------------------------------
+
+
+def add_parser(commands: Any) -> None:
+    """Register ``radixkv replay`` on the CLI's subparsers."""
+    cmd = commands.add_parser(
+        "replay",
+        help="replay a seeded request trace against a cache and report its speed",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    cmd.add_argument("--cache", choices=sorted(CACHES), default="radixkv")
+    cmd.add_argument("--seed", type=int, default=0)
+    cmd.add_argument("--requests", type=int, default=2000)
+    cmd.add_argument("--prompt-len", type=int, default=2048, help="typical prompt length")
+    cmd.add_argument("--page-size", type=int, default=1)
+    cmd.add_argument(
+        "--pool-size", type=int, default=None, help="KV pool tokens (default: 48 prompts)"
+    )
+    cmd.add_argument("--batch", type=int, default=8, help="requests in flight together")
+    cmd.add_argument("--no-progress", action="store_true")
+    cmd.add_argument(
+        "--plot",
+        metavar="FILE",
+        help="also sweep pool size and prompt length; a PNG with matplotlib, else CSV",
+    )
+
+
+def command(args: argparse.Namespace) -> int:
+    """Run ``radixkv replay`` with parsed ``args``."""
+    torch.set_num_threads(1)  # the benchmark's setting; the library never changes it
+    cfg = WorkloadConfig(seed=args.seed, requests=args.requests, prompt_len=args.prompt_len)
+    pool = args.pool_size or args.prompt_len * 48
+    print(f"trace: seed {cfg.seed}, {cfg.requests} requests of ~{cfg.prompt_len} tokens")
+    print(f"trace sha256 {trace_digest(cfg)}")
+    bar = None if args.no_progress or cfg.requests < 200 else _progress_bar(cfg.requests)
+    report = replay(
+        args.cache,
+        generate(cfg),
+        page_size=args.page_size,
+        pool_size=pool,
+        batch=args.batch,
+        progress=bar,
+    )
+    if bar is not None:
+        print(file=sys.stderr)
+    print(report.render())
+    print(f"prefix-length digest {report.prefix_digest}")
+    if args.plot:
+        _plot(args, cfg, Path(args.plot))
+    return 0
+
+
+def _progress_bar(total: int) -> Callable[[int], None]:
+    step = max(1, total // 100)
+
+    def show(done: int) -> None:
+        if done % step and done != total:
+            return
+        filled = 40 * done // total
+        sys.stderr.write(f"\r  [{'#' * filled}{'.' * (40 - filled)}] {done}/{total}")
+        sys.stderr.flush()
+
+    return show
+
+
+def _plot(args: argparse.Namespace, cfg: WorkloadConfig, path: Path) -> None:
+    """Hit rate against pool size, and requests/s against prompt length."""
+    capacity: list[tuple[int, float]] = []
+    for prompts in (4, 8, 16, 32, 64, 128, 256):
+        pool = prompts * cfg.prompt_len
+        report = replay(args.cache, generate(cfg), page_size=args.page_size, pool_size=pool)
+        capacity.append((pool, report.hit_rate()))
+        print(f"  pool {pool:>10,}: hit rate {report.hit_rate():.4f}", file=sys.stderr)
+    speed: list[tuple[int, float]] = []
+    for length in (256, 512, 1024, 2048, 4096, 8192):
+        sized = WorkloadConfig(seed=cfg.seed, requests=cfg.requests, prompt_len=length)
+        report = replay(
+            args.cache, generate(sized), page_size=args.page_size, pool_size=48 * length
+        )
+        speed.append((length, report.requests_per_s))
+        print(f"  prompt {length:>6}: {report.requests_per_s:,.0f} req/s", file=sys.stderr)
+    try:
+        import matplotlib  # type: ignore[import-not-found, unused-ignore]  # optional
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt  # type: ignore[import-not-found, unused-ignore]
+    except ImportError:
+        csv = path.with_suffix(".csv")
+        lines = ["series,x,y"]
+        lines += [f"hit_rate_vs_pool_tokens,{x},{y:.6f}" for x, y in capacity]
+        lines += [f"requests_per_s_vs_prompt_len,{x},{y:.1f}" for x, y in speed]
+        csv.write_text("\n".join(lines) + "\n")
+        print(f"matplotlib is not installed: wrote the plot's data to {csv} instead")
+        return
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
+    left.plot([x for x, _ in capacity], [y for _, y in capacity], marker="o")
+    left.set(xscale="log", xlabel="KV pool (tokens)", ylabel="hit rate", title="hit rate")
+    right.plot([x for x, _ in speed], [y for _, y in speed], marker="o")
+    right.set(xscale="log", xlabel="prompt length", ylabel="requests/s", title=args.cache)
+    fig.tight_layout()
+    fig.savefig(path)
+    print(f"wrote {path}")
 
 
 def main(argv: list[str] | None = None) -> int:
