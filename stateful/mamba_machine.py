@@ -537,6 +537,7 @@ class MambaCacheMachine(RuleBasedStateMachine):
     @precondition(_started)
     @invariant()
     def agrees_with_spec(self) -> None:
+        self._count("invariant checks")
         assert self.sut.contents() == self.model.contents(), (
             "INV-10/31: cached pages or states differ from the spec"
         )

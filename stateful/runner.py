@@ -1,4 +1,8 @@
-"""Run a machine outside pytest and say what was checked (the ``radixkv check`` command)."""
+"""Run a capability machine (SWA, Mamba) outside pytest and say what it checked.
+
+``radixkv check`` runs these after the conformance kit's RadixCache, ChunkCache and
+RadixTrie runs: the SWA and Mamba machines drive radixkv's own caches only.
+"""
 
 from __future__ import annotations
 
@@ -7,9 +11,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from hypothesis import settings as Settings
-from hypothesis.stateful import run_state_machine_as_test
-
-from stateful.machines import RadixCacheMachine
+from hypothesis.stateful import RuleBasedStateMachine, run_state_machine_as_test
 
 
 @dataclass
@@ -22,15 +24,39 @@ class MachineReport:
 
 
 def run_machine(
-    name: str, machine: type[RadixCacheMachine], settings: Settings | None = None
+    name: str, machine: type[RuleBasedStateMachine], settings: Settings | None = None
 ) -> MachineReport:
-    """Run ``machine`` under ``settings`` (default: the loaded profile); never raises."""
-    machine.stats.clear()
+    """Run ``machine`` (which counts into a ``stats`` Counter) under ``settings``; never raises."""
+    stats: Counter[str] = machine.stats  # type: ignore[attr-defined]  # every radixkv machine has one
+    stats.clear()
     started = time.perf_counter()
     try:
         run_state_machine_as_test(machine, settings=settings)
     except Exception as error:  # the report carries the shrunk failure instead
-        return MachineReport(
-            name, False, time.perf_counter() - started, Counter(machine.stats), str(error)
-        )
-    return MachineReport(name, True, time.perf_counter() - started, Counter(machine.stats))
+        return MachineReport(name, False, time.perf_counter() - started, Counter(stats), str(error))
+    return MachineReport(name, True, time.perf_counter() - started, Counter(stats))
+
+
+def capability_machines() -> list[tuple[str, type[RuleBasedStateMachine]]]:
+    """radixkv's SWA and Mamba machines, as ``radixkv check`` runs them."""
+    from stateful.mamba_machine import RadixKVMambaAdapter, mamba_machine_for
+    from stateful.swa_machine import swa_machine
+
+    return [
+        ("RadixCache (SWA)", swa_machine("SlidingWindowCheck")),
+        ("MambaRadixCache", mamba_machine_for("MambaRadixCacheCheck", RadixKVMambaAdapter)),
+    ]
+
+
+def render(report: MachineReport) -> str:
+    stats = report.stats
+    verdict = "ok" if report.passed else "FAILED"
+    steps = stats["invariant checks"] - stats["runs"]
+    lines = [
+        f"{report.name}: {verdict} in {report.seconds:.1f}s — runs {stats['runs']}, "
+        f"steps {max(steps, 0)}, invariant checks {stats['invariant checks']}"
+    ]
+    lines += [f"    {what:<44} {n:>8}" for what, n in sorted(stats.items())]
+    if report.failure:
+        lines.append(report.failure)
+    return "\n".join(lines)

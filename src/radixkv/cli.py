@@ -116,8 +116,24 @@ def _check(targets: list[tuple[str, str, str | None]], traces: Path, max_failure
             print(f"  trace of failure {i}: {path}  (radixkv check --replay {path} {target})")
         if not report.passed:
             failed.append(label)
+    if targets == list(OWN):
+        failed += _check_capabilities()
     print("\nall invariants held" if not failed else f"\nFAILED: {', '.join(failed)}")
     return 1 if failed else 0
+
+
+def _check_capabilities() -> list[str]:
+    """radixkv's SWA and Mamba machines; returns the names of those that failed."""
+    from stateful.runner import capability_machines, render, run_machine
+
+    failed = []
+    for label, machine in capability_machines():
+        print(f"  {label}: running ...", file=sys.stderr, flush=True)
+        report = run_machine(label, machine)
+        print("\n" + render(report))
+        if not report.passed:
+            failed.append(label)
+    return failed
 
 
 def _progress_line(label: str) -> Any:
