@@ -147,7 +147,7 @@ class RadixCache(BasePrefixCache):
             visited.hit_count += 1
         values = [n.value for n in path if n.value is not None]
         indices = torch.cat(values) if values else empty_indices(self.device)
-        return MatchResult(indices=indices, last_node=node, prefix_len=len(indices))
+        return MatchResult(indices=indices, last_node=node, prefix_len=indices.numel())
 
     def _walk(self, tokens: Tokens, extra_key: str | None) -> list[TreeNode]:
         """The nodes along ``tokens``, splitting the last one where the match ends inside it."""
@@ -423,6 +423,8 @@ class RadixCache(BasePrefixCache):
         if extra_key is not None and not isinstance(extra_key, str):
             raise TokenTypeError(f"extra_key must be a str or None, got {type(extra_key).__name__}")
         tokens = validate_tokens(key.token_ids)
+        if len(tokens) % self.page_size == 0:
+            return tokens, extra_key
         return tokens[: page_align(len(tokens), self.page_size)], extra_key
 
     def _aligned_value(self, tokens: Tokens, value: object) -> torch.Tensor:

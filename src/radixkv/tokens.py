@@ -32,7 +32,7 @@ def _packer(n: int) -> struct.Struct:
 
 def validate_tokens(token_ids: Iterable[object]) -> Tokens:
     """Return the token ids as a tuple, or raise a usage error naming the first bad one."""
-    if hasattr(token_ids, "tolist"):  # torch tensors and numpy arrays
+    if type(token_ids) is not list and hasattr(token_ids, "tolist"):  # tensors, numpy arrays
         token_ids = token_ids.tolist()
     tokens = tuple(token_ids)
     if not tokens:
@@ -69,7 +69,13 @@ def _plain_ids(tokens: tuple[object, ...]) -> bool:
         above_one |= int.from_bytes(packed[i::8], "little")
         if i >= 2 and 0 not in above_one.to_bytes(n, "little"):
             return True
-    return False
+    flags = above_one.to_bytes(n, "little")  # a zero where the id is 0 or 1: a bool?
+    at = flags.find(0)
+    while at >= 0:
+        if type(tokens[at]) is not int:
+            return False
+        at = flags.find(0, at + 1)
+    return True
 
 
 def _check_range(ids: Sequence[int]) -> None:
@@ -124,7 +130,7 @@ def common_prefix_len(stored: Tokens, key: Tokens, start: int) -> int:
     Python steps is logarithmic in the length.
     """
     n = min(len(stored), len(key) - start)
-    if stored[:n] == key[start : start + n]:
+    if (stored if n == len(stored) else stored[:n]) == key[start : start + n]:
         return n
     lo, hi = 0, n  # stored[:lo] matches; stored[:hi] does not
     while hi - lo > 1:
