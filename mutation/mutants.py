@@ -98,8 +98,9 @@ MUTANTS: tuple[Mutant, ...] = (
         "size-counter-not-moved-on-lock",
         CACHE,
         "            if n.lock_ref == 0:\n                self._evictable_size -= len(n)\n"
-        "                self._protected_size += len(n)\n",
-        "",
+        "                self._protected_size += len(n)\n"
+        "                self._leaves.discard(n)\n",
+        "            if n.lock_ref == 0:\n                self._leaves.discard(n)\n",
     ),
     Mutant(
         "hash-ignores-prior",
