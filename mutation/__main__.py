@@ -55,7 +55,10 @@ def run(mutant: Mutant, suite: list[str] | None = None) -> tuple[Mutant, bool, f
             "HYPOTHESIS_PROFILE": "mutation",
         }
         probe = [sys.executable, "-c", "import radixkv; print(radixkv.__file__)"]
-        where = subprocess.run(probe, env=env, capture_output=True, text=True, check=True)
+        where = subprocess.run(probe, env=env, capture_output=True, text=True)
+        if where.returncode:
+            error = where.stderr.strip().splitlines()[-1:]
+            raise SystemExit(f"mutant {mutant.name} does not even import: {error}")
         if not where.stdout.startswith(str(src)):
             raise SystemExit(f"the mutated copy is not the one imported: {where.stdout}")
         started = time.perf_counter()
