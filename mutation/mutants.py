@@ -123,8 +123,8 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "evict-no-cascade-to-parent",
         CACHE,
-        "            if self._is_evictable_leaf(parent):\n",
-        "            if False:\n",
+        "        if self._is_evictable_leaf(parent):  # the cascade",
+        "        if False:  # the cascade",
     ),
     Mutant(
         "evict-does-not-free",

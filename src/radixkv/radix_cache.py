@@ -273,9 +273,7 @@ class RadixCache(BasePrefixCache):
             recency, leaf = heapq.heappop(candidates)
             if leaf not in self._leaves or recency != leaf.recency():
                 continue  # stale: since deleted, locked, given a child, or touched
-            parent = self._delete_with_tombstones(leaf, result)
-            if self._is_evictable_leaf(parent):
-                heapq.heappush(candidates, (parent.recency(), parent))
+            self._delete_with_tombstones(leaf, result)  # a parent left a leaf is queued
 
     def _delete_with_tombstones(self, leaf: TreeNode, result: EvictResult) -> TreeNode:
         """Delete ``leaf`` and the tombstones it leaves as leaves; returns the first survivor.
@@ -316,7 +314,8 @@ class RadixCache(BasePrefixCache):
         assert parent is not None and leaf.lock_ref == 0
         del parent.children[child_key(leaf.extra_key, leaf.tokens, 0, self.page_size)]
         self._leaves.discard(leaf)
-        self._refresh_leaf(parent)
+        if self._is_evictable_leaf(parent):  # the cascade: the parent may go next
+            self._refresh_leaf(parent)
         self._evictable_size -= len(leaf)
         result.full_evicted += len(leaf)
         result.swa_evicted += self._attention.deleted(leaf)
