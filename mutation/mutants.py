@@ -22,6 +22,7 @@ class Mutant(NamedTuple):
 CACHE = "src/radixkv/radix_cache.py"
 TREE = "src/radixkv/tree.py"
 HASHING = "src/radixkv/hashing.py"
+ARGS = "src/radixkv/arguments.py"
 SWA = "src/radixkv/swa.py"
 SWA_MACHINE = "tests/machines/test_swa_machine.py"
 MAMBA = "src/radixkv/mamba_radix_cache.py"
@@ -43,9 +44,9 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "page-truncation-off-by-one",
-        CACHE,
-        "tokens[: page_align(len(tokens), self.page_size)]",
-        "tokens[: page_align(len(tokens) + 1, self.page_size)]",
+        ARGS,
+        "tokens[: page_align(len(tokens), page_size)]",
+        "tokens[: page_align(len(tokens) + 1, page_size)]",
     ),
     Mutant(
         "extra-key-ignored-in-child-keys",
@@ -158,16 +159,16 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "short-value-accepted",
-        CACHE,
-        "        if value.numel() < n:\n",
-        "        if value.numel() < n - 1:\n",
+        ARGS,
+        "    if value.numel() < n:\n",
+        "    if value.numel() < n - 1:\n",
     ),
     Mutant(
         "rejected-insert-mutates-first",
         CACHE,
-        "        tokens, extra_key = self._aligned_key(key)\n        value = self._aligned_value",
+        "        tokens, extra_key = aligned_key(key, self.page_size)\n        # What the tree",
         "        self.root.last_access_time = self._clock()\n"
-        "        tokens, extra_key = self._aligned_key(key)\n        value = self._aligned_value",
+        "        tokens, extra_key = aligned_key(key, self.page_size)\n        # What the tree",
     ),
     # Sliding-window attention: the SWA machine must catch these.
     Mutant(

@@ -28,13 +28,19 @@ def aligned_key(key: object, page_size: int) -> tuple[Tokens, str | None]:
     if extra_key is not None and not isinstance(extra_key, str):
         raise TokenTypeError(f"extra_key must be a str or None, got {type(extra_key).__name__}")
     tokens = validate_tokens(key.token_ids)
+    if len(tokens) % page_size == 0:
+        return tokens, extra_key
     return tokens[: page_align(len(tokens), page_size)], extra_key
 
 
-def aligned_value(tokens: Tokens, value: object, device: torch.device) -> torch.Tensor:
-    """A private int64 copy of the first ``len(tokens)`` KV indices, on ``device``.
+def aligned_value(
+    tokens: Tokens, value: object, device: torch.device, copy: bool = True
+) -> torch.Tensor:
+    """The first ``len(tokens)`` KV indices as int64 on ``device``; a private copy if ``copy``.
 
-    ``None`` stands for "the token ids are the indices" (a test convenience).
+    ``None`` stands for "the token ids are the indices" (a test convenience). Callers pass
+    views of request rows they go on overwriting: whatever the tree keeps must be a copy,
+    made here or (``copy=False``) by the cache when it stores a part.
     """
     n = len(tokens)
     if value is None:
@@ -49,8 +55,7 @@ def aligned_value(tokens: Tokens, value: object, device: torch.device) -> torch.
         )
     if value.numel() < n:
         raise UsageError(f"value has {value.numel()} indices for {n} aligned tokens")
-    # A copy: callers pass views of request rows they go on overwriting.
-    return value[:n].to(device=device, dtype=torch.int64, copy=True)
+    return value[:n].to(device=device, dtype=torch.int64, copy=copy)
 
 
 def state_slot(mamba_value: object) -> int | None:

@@ -26,7 +26,7 @@ from radixkv.lru_list import LRUList
 from radixkv.mamba_invariants import check_mamba
 from radixkv.mamba_node import MambaTreeNode
 from radixkv.tokens import Tokens, require_int
-from radixkv.tree import child_key, descend, iter_subtree, path_to_root, split_node
+from radixkv.tree import child_key, descend, iter_subtree, path_to_root, split_node, tree_lines
 
 __all__ = ["LRUList", "MambaMatchResult", "MambaRadixCache", "MambaTreeNode"]
 
@@ -445,8 +445,4 @@ class MambaRadixCache(BasePrefixCache):
             f"mamba_evictable={self.mamba_evictable_size()} "
             f"mamba_protected={self.mamba_protected_size()}"
         )
-        stack = [(child, 1) for child in reversed(list(self.root.children.values()))]
-        while stack:
-            node, depth = stack.pop()
-            yield "  " * depth + repr(node)
-            stack.extend((c, depth + 1) for c in reversed(list(node.children.values())))
+        yield from tree_lines(self.root)

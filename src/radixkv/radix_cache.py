@@ -14,6 +14,7 @@ from typing import Any, Protocol
 
 import torch
 
+from radixkv.arguments import aligned_key, aligned_value, reject_unknown
 from radixkv.base import (
     BasePrefixCache,
     EvictResult,
@@ -22,23 +23,18 @@ from radixkv.base import (
     RadixKey,
     empty_indices,
 )
-from radixkv.errors import LockError, StaleNodeError, TokenTypeError, UsageError
+from radixkv.errors import LockError, StaleNodeError, TokenTypeError
 from radixkv.hashing import chain_page_hashes, namespace_seed
 from radixkv.invariants import check_tree, require
 from radixkv.swa import FullAttention, SlidingWindow
-from radixkv.tokens import Tokens, common_prefix_len, page_align, require_int, validate_tokens
-from radixkv.tree import TreeNode, child_key, iter_subtree, path_to_root, split_node
+from radixkv.tokens import Tokens, common_prefix_len, page_align, require_int
+from radixkv.tree import TreeNode, child_key, iter_subtree, path_to_root, split_node, tree_lines
 
 
 class KVAllocator(Protocol):
     """What the cache needs from a KV pool: somewhere to return freed indices."""
 
     def free(self, indices: torch.Tensor) -> None: ...
-
-
-def _reject_unknown(kwargs: dict[str, Any]) -> None:
-    if kwargs:
-        raise UsageError(f"unexpected keyword arguments: {sorted(kwargs)}")
 
 
 class RadixCache(BasePrefixCache):
@@ -138,7 +134,7 @@ class RadixCache(BasePrefixCache):
         Splits the last matched node when the match ends inside it, so ``last_node`` ends
         exactly at ``prefix_len``, and refreshes the recency of every node on the path.
         """
-        tokens, extra_key = self._aligned_key(key)
+        tokens, extra_key = aligned_key(key, self.page_size)
         path = self._walk(tokens, extra_key)
         path = path[: self._attention.match_end(path)]
         node = path[-1] if path else self.root
@@ -196,12 +192,14 @@ class RadixCache(BasePrefixCache):
         ``value=None`` uses the token ids as indices (a test convenience).
         ``prev_prefix_len`` and ``swa_evicted_seqlen`` only matter with a sliding window.
         """
-        _reject_unknown(kwargs)
+        reject_unknown(kwargs)
         require_int("prev_prefix_len", prev_prefix_len, 0)
         require_int("swa_evicted_seqlen", swa_evicted_seqlen, 0)
         self._attention.check_insert(prev_prefix_len, swa_evicted_seqlen)
-        tokens, extra_key = self._aligned_key(key)
-        value = self._aligned_value(tokens, value)
+        tokens, extra_key = aligned_key(key, self.page_size)
+        # What the tree keeps is copied: all of it here with a window (it may adopt any part),
+        # else only the new suffix, in _add_leaf.
+        value = aligned_value(tokens, value, self.device, copy=self.supports_swa)
         path = self._walk(tokens, extra_key)
         matched = sum(len(n) for n in path)
         settled = self._attention.insert_overlap(path, value, prev_prefix_len, swa_evicted_seqlen)
@@ -359,7 +357,7 @@ class RadixCache(BasePrefixCache):
 
     def dec_lock_ref(self, node: Any, swa_boundary_id: int | None = None, **kwargs: Any) -> None:
         """Undo one ``inc_lock_ref(node)``; an unlock that no lock matches is a LockError."""
-        _reject_unknown(kwargs)
+        reject_unknown(kwargs)
         if node is None or node is self.root:
             return
         self._require_live(node)
@@ -413,42 +411,6 @@ class RadixCache(BasePrefixCache):
         assert node.hash_values is not None
         return node.hash_values[-1]
 
-    # ---- validation --------------------------------------------------------------------
-
-    def _aligned_key(self, key: object) -> tuple[Tokens, str | None]:
-        if not isinstance(key, RadixKey):
-            raise TokenTypeError(f"key must be a RadixKey, got {type(key).__name__}")
-        extra_key = key.extra_key
-        if extra_key is not None and not isinstance(extra_key, str):
-            raise TokenTypeError(f"extra_key must be a str or None, got {type(extra_key).__name__}")
-        tokens = validate_tokens(key.token_ids)
-        if len(tokens) % self.page_size == 0:
-            return tokens, extra_key
-        return tokens[: page_align(len(tokens), self.page_size)], extra_key
-
-    def _aligned_value(self, tokens: Tokens, value: object) -> torch.Tensor:
-        n = len(tokens)
-        if value is None:
-            if any(isinstance(t, tuple) for t in tokens):
-                raise UsageError("value=None needs int token ids; bigram keys need a value")
-            return torch.tensor(tokens, dtype=torch.int64, device=self.device)
-        if not isinstance(value, torch.Tensor):
-            raise TokenTypeError(f"value must be a torch.Tensor, got {type(value).__name__}")
-        if (
-            value.dim() != 1
-            or value.dtype.is_floating_point
-            or value.dtype.is_complex
-            or value.dtype == torch.bool
-        ):
-            raise TokenTypeError(
-                f"value must be a 1-D integer tensor, got {value.dtype}{tuple(value.shape)}"
-            )
-        if value.numel() < n:
-            raise UsageError(f"value has {value.numel()} indices for {n} aligned tokens")
-        # Callers pass views of rows they overwrite: what the tree keeps is copied, either
-        # here (a sliding window may adopt any part) or only the new suffix (_add_leaf).
-        return value[:n].to(device=self.device, dtype=torch.int64, copy=self.supports_swa)
-
     # ---- debugging ---------------------------------------------------------------------
 
     def check_invariants(self) -> None:
@@ -474,8 +436,4 @@ class RadixCache(BasePrefixCache):
             f"RadixCache(page_size={self.page_size}) total={self.total_size()} "
             f"evictable={self.evictable_size()} protected={self.protected_size()}"
         )
-        stack = [(child, 1) for child in reversed(list(self.root.children.values()))]
-        while stack:
-            node, depth = stack.pop()
-            yield "  " * depth + repr(node)
-            stack.extend((c, depth + 1) for c in reversed(list(node.children.values())))
+        yield from tree_lines(self.root)

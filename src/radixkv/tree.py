@@ -182,3 +182,12 @@ def descend(root: TreeNode, tokens: Tokens, extra_key: str | None, page_size: in
         out.matched += same
         node = child
     return out
+
+
+def tree_lines(root: TreeNode) -> Iterator[str]:
+    """One line per node below ``root``, indented by depth, children in insertion order."""
+    stack = [(child, 1) for child in reversed(list(root.children.values()))]
+    while stack:
+        node, depth = stack.pop()
+        yield "  " * depth + repr(node)
+        stack.extend((c, depth + 1) for c in reversed(list(node.children.values())))
