@@ -291,6 +291,11 @@ class SlidingWindowMachine(RuleBasedStateMachine):
             return
         self._expect_rejected(lambda: self.sut.unlock(h.node, None), "unmatched unlock")
 
+    @rule(swa_num_tokens=st.integers(1, 8))
+    def free_sliding_window_kv(self, swa_num_tokens: int) -> None:
+        """Phase 2 alone: tombstones appear under and above locked nodes, often."""
+        self.evict(0, swa_num_tokens)
+
     @rule(num_tokens=st.integers(0, 24), swa_num_tokens=st.integers(0, 24))
     def evict(self, num_tokens: int, swa_num_tokens: int) -> None:
         locked = {q for q, (_, _, swa_locked) in self.sut.pages().items() if swa_locked}
