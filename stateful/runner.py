@@ -24,10 +24,12 @@ class MachineReport:
 
 
 def run_machine(
-    name: str, machine: type[RuleBasedStateMachine], settings: Settings | None = None
+    name: str,
+    machine: type[RuleBasedStateMachine],
+    stats: Counter[str],
+    settings: Settings | None = None,
 ) -> MachineReport:
-    """Run ``machine`` (which counts into a ``stats`` Counter) under ``settings``; never raises."""
-    stats: Counter[str] = machine.stats  # type: ignore[attr-defined]  # every radixkv machine has one
+    """Run ``machine``, which counts into ``stats``, under ``settings``; never raises."""
     stats.clear()
     started = time.perf_counter()
     try:
@@ -37,15 +39,14 @@ def run_machine(
     return MachineReport(name, True, time.perf_counter() - started, Counter(stats))
 
 
-def capability_machines() -> list[tuple[str, type[RuleBasedStateMachine]]]:
-    """radixkv's SWA and Mamba machines, as ``radixkv check`` runs them."""
+def capability_machines() -> list[tuple[str, type[RuleBasedStateMachine], Counter[str]]]:
+    """radixkv's SWA and Mamba machines and their counters, as ``radixkv check`` runs them."""
     from stateful.mamba_machine import RadixKVMambaAdapter, mamba_machine_for
     from stateful.swa_machine import swa_machine
 
-    return [
-        ("RadixCache (SWA)", swa_machine("SlidingWindowCheck")),
-        ("MambaRadixCache", mamba_machine_for("MambaRadixCacheCheck", RadixKVMambaAdapter)),
-    ]
+    swa = swa_machine("SlidingWindowCheck")
+    mamba = mamba_machine_for("MambaRadixCacheCheck", RadixKVMambaAdapter)
+    return [("RadixCache (SWA)", swa, swa.stats), ("MambaRadixCache", mamba, mamba.stats)]
 
 
 def render(report: MachineReport) -> str:

@@ -127,9 +127,9 @@ def _check_capabilities() -> list[str]:
     from stateful.runner import capability_machines, render, run_machine
 
     failed = []
-    for label, machine in capability_machines():
+    for label, machine, stats in capability_machines():
         print(f"  {label}: running ...", file=sys.stderr, flush=True)
-        report = run_machine(label, machine)
+        report = run_machine(label, machine, stats)
         print("\n" + render(report))
         if not report.passed:
             failed.append(label)
