@@ -463,7 +463,7 @@ def _plot(args: argparse.Namespace, cfg: WorkloadConfig, path: Path) -> None:
         import matplotlib  # type: ignore[import-not-found, unused-ignore]  # optional
 
         matplotlib.use("Agg")
-        import matplotlib.pyplot as plt  # type: ignore[import-not-found, unused-ignore]
+        import matplotlib.pyplot as plt  # type: ignore[import-not-found, unused-ignore]  # optional
     except ImportError:
         csv = path.with_suffix(".csv")
         lines = ["series,x,y"]
