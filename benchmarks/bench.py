@@ -38,7 +38,8 @@ import torch
 from radixkv.replay import ReplayReport, replay
 from radixkv.workload import WorkloadConfig, generate, trace_digest
 
-CACHES = ("radixkv", "sglang")
+CACHES = ("radixkv", "radixkv-list", "sglang")
+MEMORY = ("radixkv", "sglang")  # radixkv stores the same bytes whatever the key form
 
 
 @dataclass(frozen=True)
@@ -136,7 +137,7 @@ def main() -> int:
         runs: dict[str, list[ReplayReport]] = {c: [] for c in CACHES}
         started = time.monotonic()
         for r in range(args.repeats):
-            for cache in CACHES if r % 2 == 0 else CACHES[::-1]:
+            for cache in CACHES if r % 2 == 0 else CACHES[::-1]:  # interleaved
                 report = run(cfg, cache, args.seed)
                 runs[cache].append(report)
                 print(f"  {cache:8} run {r + 1}: {report.requests_per_s:9,.0f} req/s", flush=True)
@@ -149,15 +150,17 @@ def main() -> int:
             with sglang_split_recency_as_radixkv():
                 twin = run(cfg, "sglang", args.seed)
             same_rule = "yes" if twin.prefix_digest == first["radixkv"].prefix_digest else "NO"
-        memory = {c: "-" for c in CACHES}
+        memory = {c: "-" for c in MEMORY}
         if not cfg.evict:
-            for c in CACHES:
+            for c in MEMORY:
                 memory[c] = f"{bytes_per_token(cfg, c, args.seed):.1f}"
         row = {
             "config": cfg.label,
             "radixkv": rate["radixkv"],
             "sglang": rate["sglang"],
             "ratio": rate["radixkv"] / rate["sglang"],
+            "radixkv_list": rate["radixkv-list"],
+            "ratio_list": rate["radixkv-list"] / rate["sglang"],
             "hit_radixkv": first["radixkv"].hit_rate(),
             "hit_sglang": first["sglang"].hit_rate(),
             "digest_equal": first["radixkv"].prefix_digest == first["sglang"].prefix_digest,
@@ -168,7 +171,8 @@ def main() -> int:
         rows.append(row)
         print(
             f"  median: radixkv {row['radixkv']:,.0f} req/s, sglang {row['sglang']:,.0f} req/s, "
-            f"ratio {row['ratio']:.2f} ({time.monotonic() - started:.0f} s)",
+            f"ratio {row['ratio']:.2f}; list keys {row['radixkv_list']:,.0f} req/s, "
+            f"ratio {row['ratio_list']:.2f} ({time.monotonic() - started:.0f} s)",
             flush=True,
         )
     print("\n" + table(rows))
@@ -177,14 +181,16 @@ def main() -> int:
 
 def table(rows: list[dict[str, Any]]) -> str:
     head = (
-        "| configuration | radixkv req/s | sglang req/s | ratio | hit rate radixkv / sglang "
-        "| digests equal (same rule) | bytes/token radixkv / sglang |\n"
-        "|---|---:|---:|---:|---|---|---|"
+        "| configuration | radixkv req/s | sglang req/s | ratio | radixkv list keys req/s "
+        "| ratio | hit rate radixkv / sglang | digests equal (same rule) "
+        "| bytes/token radixkv / sglang |\n"
+        "|---|---:|---:|---:|---:|---:|---|---|---|"
     )
     lines = [head]
     for r in rows:
         lines.append(
             f"| {r['config']} | {r['radixkv']:,.0f} | {r['sglang']:,.0f} | {r['ratio']:.2f} "
+            f"| {r['radixkv_list']:,.0f} | {r['ratio_list']:.2f} "
             f"| {r['hit_radixkv']:.4f} / {r['hit_sglang']:.4f} "
             f"| {'yes' if r['digest_equal'] else 'no'} ({r['same_rule']}) "
             f"| {r['bytes_radixkv']} / {r['bytes_sglang']} |"

@@ -1,8 +1,9 @@
 """Tokens, namespaces and page alignment: the pure helpers the rest of the spec stands on.
 
 A key is a sequence of tokens in a namespace. A token is a token id (an int in
-``[0, 2**63)``; any object with ``__index__``, such as a numpy integer, counts, but a bool
-does not) or a non-empty tuple of token ids (a bigram / EAGLE token). A namespace is the key's
+``[0, 2**63)``; any object with ``__index__`` counts, such as a numpy integer, or a bool,
+which is the int 0 or 1 as everywhere in Python) or a non-empty tuple of token ids (a
+bigram / EAGLE token). A namespace is the key's
 ``extra_key``: a ``str``, or ``None`` for the default namespace; ``""`` is a namespace of
 its own, distinct from ``None``.
 
@@ -27,8 +28,9 @@ def validate_token_id(value: object) -> int:
     raises: TypeError, ValueError
     post: 0 <= __return__ < MAX_TOKEN_ID
     """
-    # bool is a subclass of int, but True is a flag, not a token id
-    if isinstance(value, bool) or not isinstance(value, SupportsIndex):
+    # bool is an int (True == 1, hash(True) == hash(1)): a key holding True is the key
+    # holding 1, and telling them apart would cost the cache a type check per token
+    if not isinstance(value, SupportsIndex):
         raise TypeError(f"token id must be an int, got {type(value).__name__}")
     # Integers of other libraries (numpy) count as ints through __index__
     token_id = operator.index(value)

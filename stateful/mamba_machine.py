@@ -36,7 +36,7 @@ from stateful.adapter import Namespace
 
 NAMESPACES = st.sampled_from([None, "a"])
 TOKEN_ALPHABET = st.integers(0, 3)
-BAD_TOKENS: Sequence[object] = (-1, 2**63, "7", 1.5, True, None)
+BAD_TOKENS: Sequence[object] = (-1, 2**63, "7", 1.5, None)
 BAD_NAMESPACES: Sequence[object] = (5, b"a", ("a",))
 Position = tuple[Namespace, tuple[int, ...]]
 

@@ -39,7 +39,6 @@ BAD_TOKENS: dict[str, RadixKey] = {
     "too large": RadixKey([1, 2**63]),
     "str": RadixKey([1, "2"]),  # type: ignore[list-item]
     "float": RadixKey([1, 2.0]),  # type: ignore[list-item]
-    "bool": RadixKey([1, True]),
     "none": RadixKey([None]),  # type: ignore[list-item]
     "empty tuple": RadixKey([()]),
     "tuple with str": RadixKey([(1, "x")]),  # type: ignore[list-item]
@@ -47,7 +46,7 @@ BAD_TOKENS: dict[str, RadixKey] = {
     "float tensor": RadixKey(torch.tensor([1.0, 2.0])),  # type: ignore[arg-type]
 }
 
-TYPE_ERRORS = {"str", "float", "bool", "none", "tuple with str", "float tensor"}
+TYPE_ERRORS = {"str", "float", "none", "tuple with str", "float tensor"}
 
 CASES: list[tuple[str, Call, type[Exception]]] = [
     *(

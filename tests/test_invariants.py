@@ -8,6 +8,8 @@ import pytest
 import torch
 
 from radixkv import InvariantViolation, RadixKey, TreeNode, UsageError
+from radixkv.keys import encode
+from radixkv.tree import child_key, edge
 from tests.conftest import CacheFactory
 from tests.helpers import CacheHarness, live_nodes, path_tokens
 
@@ -107,8 +109,8 @@ def hashed_before_parent(h: CacheHarness) -> None:
 def wrong_child_key(h: CacheHarness) -> None:
     leaf = by_path(h, 7, 8)
     root = h.cache.root
-    del root.children[(None, (7, 8))]
-    root.children[(None, (7, 9))] = leaf
+    del root.children[edge(leaf, h.cache.page_size)]
+    root.children[child_key(None, encode([7, 9], packed=True), 0, h.cache.page_size)] = leaf
 
 
 def wrong_parent_pointer(h: CacheHarness) -> None:
@@ -139,9 +141,9 @@ def partial_page_key(h: CacheHarness) -> None:
 def foreign_namespace_child(h: CacheHarness) -> None:
     parent = by_path(h, 1, 2)
     child = by_path(h, 1, 2, 3, 4)
-    del parent.children[(None, (3, 4))]
+    del parent.children[edge(child, h.cache.page_size)]
     child.key = RadixKey((3, 4), "other")
-    parent.children[("other", (3, 4))] = child
+    parent.children[edge(child, h.cache.page_size)] = child
 
 
 def unlocked_root(h: CacheHarness) -> None:

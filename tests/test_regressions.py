@@ -9,6 +9,8 @@ import pytest
 import torch
 
 from radixkv import LockError, RadixCache, RadixKey, hash_token_ids
+from radixkv.keys import encode
+from radixkv.tree import child_key
 from tests.conftest import CacheFactory
 from tests.helpers import (
     CacheHarness,
@@ -186,8 +188,9 @@ def test_sglang_pr_36696_child_keys_stay_consistent_across_splits(
             h.put([*base[: cut * p], *range(1000 + cut * 10, 1000 + cut * 10 + p)])
             h.cache.check_invariants()
             for node in all_nodes(h.cache):
-                for edge, child in node.children.items():
-                    assert edge == (child.extra_key, tuple(child.tokens[:p]))
+                for key, child in node.children.items():
+                    first_page = encode(child.tokens[:p], packed=True)
+                    assert key == child_key(child.extra_key, first_page, 0, p)
                     assert child.parent is node
         assert sorted(len(n) for n in live_nodes(h.cache)) == sorted(
             [p, 2 * p, 3 * p, 3 * p, 2 * p, p] + [p] * 5

@@ -12,7 +12,9 @@ import torch
 
 from radixkv.base import RadixKey
 from radixkv.errors import TokenTypeError, UsageError
-from radixkv.tokens import Tokens, page_align, require_int, validate_tokens
+from radixkv.keys import KeyData, decode, encode, span, token_count
+from radixkv.tokens import page_align, require_int
+from radixkv.tree import TreeNode, recode_tree
 
 
 def reject_unknown(kwargs: dict[str, Any]) -> None:
@@ -20,30 +22,43 @@ def reject_unknown(kwargs: dict[str, Any]) -> None:
         raise UsageError(f"unexpected keyword arguments: {sorted(kwargs)}")
 
 
-def aligned_key(key: object, page_size: int) -> tuple[Tokens, str | None]:
-    """The key's whole pages as a token tuple, and its namespace."""
+def tree_key(root: TreeNode, key: object, page_size: int) -> tuple[KeyData, str | None]:
+    """The key's whole pages in the key form of ``root``'s tree, and its namespace.
+
+    The first key holding a bigram (tuple) token turns the tree's packed keys into tuples.
+    """
+    data, extra_key = aligned_key(key, page_size, packed=type(root.data) is bytes)
+    if type(data) is not type(root.data):
+        recode_tree(root, page_size)
+    return data, extra_key
+
+
+def aligned_key(key: object, page_size: int, packed: bool) -> tuple[KeyData, str | None]:
+    """The key's whole pages as key data (packed if ``packed`` allows), and its namespace."""
     if not isinstance(key, RadixKey):
         raise TokenTypeError(f"key must be a RadixKey, got {type(key).__name__}")
     extra_key = key.extra_key
     if extra_key is not None and not isinstance(extra_key, str):
         raise TokenTypeError(f"extra_key must be a str or None, got {type(extra_key).__name__}")
-    tokens = validate_tokens(key.token_ids)
-    if len(tokens) % page_size == 0:
-        return tokens, extra_key
-    return tokens[: page_align(len(tokens), page_size)], extra_key
+    data = encode(key.token_ids, packed)
+    n = token_count(data)
+    if n % page_size == 0:
+        return data, extra_key
+    return span(data, 0, page_align(n, page_size)), extra_key
 
 
 def aligned_value(
-    tokens: Tokens, value: object, device: torch.device, copy: bool = True
+    data: KeyData, value: object, device: torch.device, copy: bool = True
 ) -> torch.Tensor:
-    """The first ``len(tokens)`` KV indices as int64 on ``device``; a private copy if ``copy``.
+    """The first ``len(data)`` KV indices as int64 on ``device``; a private copy if ``copy``.
 
     ``None`` stands for "the token ids are the indices" (a test convenience). Callers pass
     views of request rows they go on overwriting: whatever the tree keeps must be a copy,
     made here or (``copy=False``) by the cache when it stores a part.
     """
-    n = len(tokens)
+    n = token_count(data)
     if value is None:
+        tokens = decode(data)
         if any(isinstance(t, tuple) for t in tokens):
             raise UsageError("value=None needs int token ids; bigram keys need a value")
         return torch.tensor(tokens, dtype=torch.int64, device=device)

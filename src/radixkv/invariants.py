@@ -12,7 +12,8 @@ import torch
 
 from radixkv.errors import InvariantViolation
 from radixkv.hashing import chain_page_hashes, namespace_seed
-from radixkv.tree import TreeNode, child_key
+from radixkv.keys import width
+from radixkv.tree import TreeNode, edge
 
 
 class RadixCache(Protocol):
@@ -37,6 +38,7 @@ def require(inv_id: str, condition: bool, message: str) -> None:
 def check_tree(cache: RadixCache) -> None:
     root = cache.root
     require("INV-1", root.parent is None and len(root) == 0, "root has a parent or a key")
+    form = type(root.data)
     require("INV-1", root.value is not None and root.lock_ref >= 1, "root evicted or unlocked")
     evictable = protected = 0
     values: list[torch.Tensor] = []
@@ -45,6 +47,7 @@ def check_tree(cache: RadixCache) -> None:
     while stack:
         node, parent = stack.pop()
         _check_node(cache, node, parent)
+        require("INV-2", type(node.data) is form, f"node {node.id} key data in another form")
         require("INV-1", node.id not in ids, f"node id {node.id} used twice")
         ids.add(node.id)
         assert node.value is not None
@@ -73,6 +76,8 @@ def _check_node(cache: RadixCache, node: TreeNode, parent: TreeNode) -> None:
     p = cache.page_size
     n = len(node)
     require("INV-2", n > 0 and n % p == 0, f"node {node.id} key length {n} (page_size {p})")
+    stored = len(node.data)
+    require("INV-2", stored == n * width(node.data), f"node {node.id} stores {stored} for {n}")
     value = node.value
     require("INV-3", value is not None, f"evicted node {node.id} is reachable")
     assert value is not None
@@ -81,9 +86,9 @@ def _check_node(cache: RadixCache, node: TreeNode, parent: TreeNode) -> None:
         value.dim() == 1 and value.dtype == torch.int64 and value.numel() == n,
         f"node {node.id} value {value.dtype}{tuple(value.shape)} for {n} tokens",
     )
-    edge = child_key(node.extra_key, node.tokens, 0, p)
+    key = edge(node, p)
     require("INV-3", node.parent is parent, f"node {node.id} parent pointer")
-    require("INV-3", parent.children.get(edge) is node, f"node {node.id} child key {edge}")
+    require("INV-3", parent.children.get(key) is node, f"node {node.id} child key {key!r}")
     if parent.parent is not None:
         require("INV-4", node.extra_key == parent.extra_key, f"node {node.id} namespace")
     below = sum(child.lock_ref for child in node.children.values())

@@ -8,6 +8,7 @@ from __future__ import annotations
 import torch
 
 from radixkv.base import RadixKey
+from radixkv.keys import KeyData
 from radixkv.tree import TreeNode
 
 
@@ -29,12 +30,13 @@ class MambaTreeNode(TreeNode):
     def __init__(
         self,
         node_id: int,
-        key: RadixKey,
+        key: RadixKey | KeyData,
         value: torch.Tensor | None,
         parent: TreeNode | None,
         last_access_time: float,
+        extra_key: str | None = None,
     ) -> None:
-        super().__init__(node_id, key, value, parent, last_access_time)
+        super().__init__(node_id, key, value, parent, last_access_time, extra_key)
         self.mamba_value: torch.Tensor | None = None
         self.mamba_lock_ref = 0
         self.prev: MambaTreeNode | None = None

@@ -18,15 +18,16 @@ from typing import Any, Protocol, cast
 
 import torch
 
-from radixkv.arguments import aligned_key, aligned_value, reject_unknown, state_slot
+from radixkv.arguments import aligned_value, reject_unknown, state_slot, tree_key
 from radixkv.base import BasePrefixCache, EvictResult, InsertResult, MatchResult, RadixKey
 from radixkv.errors import LockError, StaleNodeError, TokenTypeError, UsageError
 from radixkv.invariants import check_tree
+from radixkv.keys import KeyData, span, token_count
 from radixkv.lru_list import LRUList
 from radixkv.mamba_invariants import check_mamba
 from radixkv.mamba_node import MambaTreeNode
-from radixkv.tokens import Tokens, require_int
-from radixkv.tree import child_key, descend, iter_subtree, path_to_root, split_node, tree_lines
+from radixkv.tokens import require_int
+from radixkv.tree import descend, edge, iter_subtree, path_to_root, split_node, tree_lines
 
 __all__ = ["LRUList", "MambaMatchResult", "MambaRadixCache", "MambaTreeNode"]
 
@@ -81,7 +82,7 @@ class MambaRadixCache(BasePrefixCache):
         self._start_empty()
 
     def _start_empty(self) -> None:
-        self.root = MambaTreeNode(next(self._node_ids), RadixKey(()), self._no_kv(), None, 0)
+        self.root = MambaTreeNode(next(self._node_ids), b"", self._no_kv(), None, 0)
         self.root.lock_ref = 1
         self.root.mamba_value = torch.empty(0, dtype=torch.int64)  # the initial state
         self.full_lru = LRUList(mamba=False)
@@ -151,8 +152,8 @@ class MambaRadixCache(BasePrefixCache):
         length the KV alone matches when that is longer than ``prefix_len``, else ``None``.
         Refreshes the recency of the returned path in both lists, child before parent.
         """
-        tokens, extra_key = aligned_key(key, self.page_size)
-        walk = descend(self.root, tokens, extra_key, self.page_size)
+        data, extra_key = tree_key(self.root, key, self.page_size)
+        walk = descend(self.root, data, extra_key, self.page_size)
         kv_len = walk.matched + walk.partial_len
         path = [self._mamba(n) for n in walk.path]
         while path and path[-1].mamba_value is None:
@@ -209,20 +210,21 @@ class MambaRadixCache(BasePrefixCache):
         slot (a leaf without state could never be matched).
         """
         reject_unknown(kwargs)
-        tokens, extra_key = aligned_key(key, self.page_size)
-        value = aligned_value(tokens, value, self.device)
+        data, extra_key = tree_key(self.root, key, self.page_size)
+        value = aligned_value(data, value, self.device)
         slot = state_slot(mamba_value)
-        walk = descend(self.root, tokens, extra_key, self.page_size)
-        self._check_insert(tokens, walk.matched + walk.partial_len, slot)
+        walk = descend(self.root, data, extra_key, self.page_size)
+        n = token_count(data)
+        self._check_insert(n, walk.matched + walk.partial_len, slot)
         node = self._mamba(walk.path[-1]) if walk.path else self.root
         matched = walk.matched
         if walk.partial is not None:
             node = self._split(self._mamba(walk.partial), walk.partial_len)
             matched += walk.partial_len
         mamba_exist = False
-        if matched < len(tokens):
+        if matched < n:
             assert slot is not None
-            node = self._add_leaf(node, tokens[matched:], extra_key, value[matched:], slot)
+            node = self._add_leaf(node, span(data, matched, n), extra_key, value[matched:], slot)
         elif node.mamba_value is not None:
             mamba_exist = True
         elif slot is not None:
@@ -230,12 +232,12 @@ class MambaRadixCache(BasePrefixCache):
         self._touch(node)
         return InsertResult(prefix_len=matched, last_node=node, mamba_exist=mamba_exist)
 
-    def _check_insert(self, tokens: Tokens, cached: int, slot: int | None) -> None:
+    def _check_insert(self, length: int, cached: int, slot: int | None) -> None:
         if slot is not None and slot in self._slots:
             raise UsageError(f"mamba_value {slot} is a state slot the cache already owns")
-        if slot is None and cached < len(tokens):
+        if slot is None and cached < length:
             raise UsageError(
-                f"inserting {len(tokens) - cached} new tokens needs a mamba_value: "
+                f"inserting {length - cached} new tokens needs a mamba_value: "
                 "a leaf without state could never be matched"
             )
 
@@ -251,14 +253,14 @@ class MambaRadixCache(BasePrefixCache):
     def _add_leaf(
         self,
         parent: MambaTreeNode,
-        tokens: Tokens,
+        data: KeyData,
         extra_key: str | None,
         value: torch.Tensor,
         slot: int,
     ) -> MambaTreeNode:
-        leaf = MambaTreeNode(next(self._node_ids), RadixKey(tokens, extra_key), value, parent, 0)
-        parent.children[child_key(extra_key, tokens, 0, self.page_size)] = leaf
-        self._evictable_size += len(tokens)
+        leaf = MambaTreeNode(next(self._node_ids), data, value, parent, 0, extra_key)
+        parent.children[edge(leaf, self.page_size)] = leaf
+        self._evictable_size += leaf.length
         self.full_lru.insert_mru(leaf)
         self._adopt_state(leaf, slot)
         return leaf
@@ -325,7 +327,7 @@ class MambaRadixCache(BasePrefixCache):
     def _delete(self, node: MambaTreeNode, result: EvictResult) -> None:
         assert node.lock_ref == 0 and not node.children
         parent = self._mamba(node.parent)
-        del parent.children[child_key(node.extra_key, node.tokens, 0, self.page_size)]
+        del parent.children[edge(node, self.page_size)]
         self._evictable_size -= len(node)
         result.full_evicted += len(node)
         self._free_kv(node)  # KV first, then the state: the order SPEC.md promises

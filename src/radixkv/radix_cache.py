@@ -14,7 +14,7 @@ from typing import Any, Protocol
 
 import torch
 
-from radixkv.arguments import aligned_key, aligned_value, reject_unknown
+from radixkv.arguments import aligned_value, reject_unknown, tree_key
 from radixkv.base import (
     BasePrefixCache,
     EvictResult,
@@ -26,9 +26,18 @@ from radixkv.base import (
 from radixkv.errors import LockError, StaleNodeError, TokenTypeError
 from radixkv.hashing import chain_page_hashes, namespace_seed
 from radixkv.invariants import check_tree, require
+from radixkv.keys import KeyData, as_probe, shared_len, span, token_count
 from radixkv.swa import FullAttention, SlidingWindow
-from radixkv.tokens import Tokens, common_prefix_len, page_align, require_int
-from radixkv.tree import TreeNode, child_key, iter_subtree, path_to_root, split_node, tree_lines
+from radixkv.tokens import require_int
+from radixkv.tree import (
+    TreeNode,
+    child_key,
+    edge,
+    iter_subtree,
+    path_to_root,
+    split_node,
+    tree_lines,
+)
 
 
 class KVAllocator(Protocol):
@@ -122,7 +131,7 @@ class RadixCache(BasePrefixCache):
             self._report_evicted(node)
 
     def _new_root(self) -> TreeNode:
-        root = TreeNode(next(self._node_ids), RadixKey(()), empty_indices(self.device), None, 0)
+        root = TreeNode(next(self._node_ids), b"", empty_indices(self.device), None, 0)
         root.lock_ref = 1
         return root
 
@@ -134,8 +143,8 @@ class RadixCache(BasePrefixCache):
         Splits the last matched node when the match ends inside it, so ``last_node`` ends
         exactly at ``prefix_len``, and refreshes the recency of every node on the path.
         """
-        tokens, extra_key = aligned_key(key, self.page_size)
-        path = self._walk(tokens, extra_key)
+        data, extra_key = tree_key(self.root, key, self.page_size)
+        path = self._walk(data, extra_key)
         path = path[: self._attention.match_end(path)]
         node = path[-1] if path else self.root
         self._touch(node)
@@ -145,16 +154,16 @@ class RadixCache(BasePrefixCache):
         indices = torch.cat(values) if values else empty_indices(self.device)
         return MatchResult(indices=indices, last_node=node, prefix_len=indices.numel())
 
-    def _walk(self, tokens: Tokens, extra_key: str | None) -> list[TreeNode]:
-        """The nodes along ``tokens``, splitting the last one where the match ends inside it."""
+    def _walk(self, data: KeyData, extra_key: str | None) -> list[TreeNode]:
+        """The nodes along the key, splitting the last one where the match ends inside it."""
         node, matched, path = self.root, 0, []
-        p = self.page_size
-        while matched < len(tokens):
-            child = node.children.get(child_key(extra_key, tokens, matched, p))
+        p, n, probe = self.page_size, token_count(data), as_probe(data)
+        while matched < n:
+            child = node.children.get(child_key(extra_key, data, matched, p))
             if child is None:
                 break
-            same = page_align(common_prefix_len(child.tokens, tokens, matched), p)
-            if same < len(child):
+            same = shared_len(child.data, probe, matched) // p * p
+            if same < child.length:
                 path.append(self._split(child, same))
                 break
             path.append(child)
@@ -196,53 +205,55 @@ class RadixCache(BasePrefixCache):
         require_int("prev_prefix_len", prev_prefix_len, 0)
         require_int("swa_evicted_seqlen", swa_evicted_seqlen, 0)
         self._attention.check_insert(prev_prefix_len, swa_evicted_seqlen)
-        tokens, extra_key = aligned_key(key, self.page_size)
+        data, extra_key = tree_key(self.root, key, self.page_size)
         # What the tree keeps is copied: all of it here with a window (it may adopt any part),
         # else only the new suffix, in _add_leaf.
-        value = aligned_value(tokens, value, self.device, copy=self.supports_swa)
-        path = self._walk(tokens, extra_key)
-        matched = sum(len(n) for n in path)
+        value = aligned_value(data, value, self.device, copy=self.supports_swa)
+        path = self._walk(data, extra_key)
+        matched = sum(n.length for n in path)
         settled = self._attention.insert_overlap(path, value, prev_prefix_len, swa_evicted_seqlen)
         node = settled or self.root
-        if matched < len(tokens):
-            node = self._add_suffix(node, tokens, extra_key, value, matched, swa_evicted_seqlen)
+        if matched < token_count(data):
+            node = self._add_suffix(node, data, extra_key, value, matched, swa_evicted_seqlen)
         self._touch(node)
         return InsertResult(prefix_len=matched, last_node=node)
 
     def _add_suffix(
         self,
         parent: TreeNode,
-        tokens: Tokens,
+        data: KeyData,
         extra_key: str | None,
         value: torch.Tensor,
         start: int,
         swa_evicted_seqlen: int,
     ) -> TreeNode:
-        """Cache ``tokens[start:]`` below ``parent``; returns the node ending the key."""
-        live_from = self._attention.suffix_split(start, len(tokens), swa_evicted_seqlen)
-        if live_from == len(tokens):  # all of it lost its SWA KV: nothing worth caching
+        """Cache the key's tokens from ``start`` on below ``parent``; returns the node ending it."""
+        end = token_count(data)
+        live_from = self._attention.suffix_split(start, end, swa_evicted_seqlen)
+        if live_from == end:  # all of it lost its SWA KV: nothing worth caching
             self._free_indices(value[start:])
             return parent
         if live_from > start:
-            lost = slice(start, live_from)
-            parent = self._add_leaf(parent, tokens[lost], extra_key, value[lost], tombstone=True)
-        return self._add_leaf(parent, tokens[live_from:], extra_key, value[live_from:])
+            lost = span(data, start, live_from)
+            parent = self._add_leaf(parent, lost, extra_key, value[start:live_from], tombstone=True)
+        return self._add_leaf(parent, span(data, live_from, end), extra_key, value[live_from:])
 
     def _add_leaf(
         self,
         parent: TreeNode,
-        tokens: Tokens,
+        data: KeyData,
         extra_key: str | None,
         value: torch.Tensor,
         tombstone: bool = False,
     ) -> TreeNode:
-        key = RadixKey(tokens, extra_key)
         if not self.supports_swa:  # a private copy of just the part the tree keeps
             value = value.clone()
-        leaf = TreeNode(next(self._node_ids), key, value, parent, parent.last_access_time)
+        leaf = TreeNode(
+            next(self._node_ids), data, value, parent, parent.last_access_time, extra_key
+        )
         leaf.swa_tombstone = tombstone
-        parent.children[child_key(extra_key, tokens, 0, self.page_size)] = leaf
-        self._evictable_size += len(tokens)
+        parent.children[edge(leaf, self.page_size)] = leaf
+        self._evictable_size += leaf.length
         self._leaves.discard(parent)
         self._leaves.add(leaf)
         self._push_leaf(leaf)
@@ -310,7 +321,7 @@ class RadixCache(BasePrefixCache):
     def _delete_leaf(self, leaf: TreeNode, result: EvictResult) -> None:
         parent = leaf.parent
         assert parent is not None and leaf.lock_ref == 0
-        del parent.children[child_key(leaf.extra_key, leaf.tokens, 0, self.page_size)]
+        del parent.children[edge(leaf, self.page_size)]
         self._leaves.discard(leaf)
         if self._is_evictable_leaf(parent):  # the cascade: the parent may go next
             self._refresh_leaf(parent)

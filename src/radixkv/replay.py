@@ -14,9 +14,12 @@ At the end everything is evicted and every pool index must have come back exactl
 Only the cache calls are timed (thread CPU time, ``time.thread_time``), with the garbage
 collector off inside the replay; allocation and bookkeeping are the driver's and untimed.
 
-Caches plug in through a small ``ReplayCache`` adapter: radixkv's ``RadixCache`` takes the
-caller's ``list[int]``; sglang's ``RadixCache`` takes ``array('q')``, converted outside the
-timed calls (``prepare``), as its callers hold them.
+Caches plug in through a small ``ReplayCache`` adapter. Keys are converted outside the timed
+calls (``prepare``) to the form the caller holds them in: ``array('q')`` for sglang's
+``RadixCache`` and for ``radixkv`` (the same bytes in, so the two compare like for like; the
+match limit is a zero-copy ``memoryview`` slice for radixkv and sglang's ``limit`` field);
+``radixkv-list`` hands radixkv a ``list[int]``, the seed API's form, which radixkv packs
+(and so validates) once per call.
 """
 
 from __future__ import annotations
@@ -113,10 +116,10 @@ class RadixkvReplay:
         self.cache = RadixCache(page_size, token_to_kv_pool_allocator=pool)
 
     def prepare(self, tokens: list[int]) -> Any:
-        return tokens
+        return array("q", tokens)
 
     def match(self, key: Any, limit: int, extra_key: str | None) -> tuple[int, Any, Any]:
-        result = self.cache.match_prefix(RadixKey(key[:limit], extra_key))
+        result = self.cache.match_prefix(RadixKey(memoryview(key)[:limit], extra_key))
         return result.prefix_len, result.indices, result.last_node
 
     def insert(self, key: Any, extra_key: str | None, value: torch.Tensor) -> int:
@@ -136,6 +139,19 @@ class RadixkvReplay:
 
     def evictable_size(self) -> int:
         return self.cache.evictable_size()
+
+
+class RadixkvListReplay(RadixkvReplay):
+    """radixkv handed the seed API's ``list[int]`` keys."""
+
+    name = "radixkv-list"
+
+    def prepare(self, tokens: list[int]) -> Any:
+        return tokens
+
+    def match(self, key: Any, limit: int, extra_key: str | None) -> tuple[int, Any, Any]:
+        result = self.cache.match_prefix(RadixKey(key[:limit], extra_key))
+        return result.prefix_len, result.indices, result.last_node
 
 
 class SglangReplay:
@@ -180,6 +196,7 @@ class SglangReplay:
 
 CACHES: dict[str, Callable[[int, ReplayPool], ReplayCache]] = {
     "radixkv": RadixkvReplay,
+    "radixkv-list": RadixkvListReplay,
     "sglang": SglangReplay,
 }
 
@@ -346,7 +363,7 @@ def bytes_per_token(cache_name: str, cfg: WorkloadConfig, page_size: int = 1) ->
     """Resident memory per cached token, no eviction: RSS delta of building the cache.
 
     The trace is generated first as compact arrays; each key handed to the cache is built
-    fresh (new int objects for radixkv's list, a new array for sglang), so whatever the
+    fresh (new int objects for a list, else a new array), so whatever the
     cache keeps of it is counted. Run it in a fresh process for a clean figure
     (``python -m radixkv.replay --memory CACHE``).
     """
@@ -357,7 +374,7 @@ def bytes_per_token(cache_name: str, cfg: WorkloadConfig, page_size: int = 1) ->
     _trim()
     rss0 = _rss()
     for arr, extra_key in trace:
-        key = arr.tolist() if cache_name == "radixkv" else array("q", arr)
+        key = arr.tolist() if cache_name == "radixkv-list" else array("q", arr)
         value = pool.alloc(len(arr))
         cache.insert(key, extra_key, value)
         del key, value

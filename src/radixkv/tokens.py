@@ -82,8 +82,6 @@ def _validate_token(token: object, position: int) -> Token:
 
 
 def _as_int(value: object, position: int) -> int:
-    if isinstance(value, bool):
-        raise TokenTypeError(f"token {position} is a bool, not an int: {value!r}")
     try:
         return operator.index(cast(SupportsIndex, value))  # numpy ints have __index__
     except TypeError:

@@ -1,38 +1,44 @@
 """TreeNode and the radix-tree mechanics every cache shares: child keys, walking, splitting.
 
-Plain typed Python over token tuples; KV indices ride along as tensors that are only sliced
-here, never read, so no operation synchronises with the device.
+Plain typed Python over key data (keys.py: packed bytes, or token tuples); KV indices ride
+along as tensors that are only sliced here, never read, so no operation synchronises with
+the device.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import TypeVar, cast
+from typing import TypeVar
 
 import torch
 
 from radixkv.base import RadixKey
-from radixkv.tokens import Tokens, common_prefix_len
+from radixkv.keys import KeyData, as_probe, decode, encode, page_at, shared_len, token_count, width
+from radixkv.tokens import Tokens
 
-ChildKey = tuple[str | None, Tokens]
+ChildKey = tuple[str | None, KeyData]
 
 
 class TreeNode:
     """A node of the radix tree: a run of tokens and the KV index of each.
 
-    ``value`` is ``None`` once the node was evicted. ``lock_ref`` counts the lock handles
+    ``data`` holds the tokens in the tree's key form (keys.py) and ``length`` counts them;
+    ``key`` rebuilds the seed's RadixKey from them. ``value`` is ``None`` once the node
+    was evicted. ``lock_ref`` counts the lock handles
     held at this node or below it; ``held_locks`` counts those held at exactly this node,
     which is what lets the cache reject an unlock that no lock matches.
     """
 
     __slots__ = (
         "children",
+        "data",
+        "extra_key",
         "hash_values",
         "held_locks",
         "hit_count",
         "id",
-        "key",
         "last_access_time",
+        "length",
         "lock_ref",
         "parent",
         "swa_boundary_id",
@@ -44,14 +50,21 @@ class TreeNode:
     def __init__(
         self,
         node_id: int,
-        key: RadixKey,
+        key: RadixKey | KeyData,
         value: torch.Tensor | None,
         parent: TreeNode | None,
         last_access_time: float,
+        extra_key: str | None = None,
     ) -> None:
+        """``key`` is a RadixKey, or key data with its namespace in ``extra_key``."""
         self.children: dict[ChildKey, TreeNode] = {}
         self.parent = parent
-        self.key = key
+        if isinstance(key, RadixKey):
+            self.key = key
+        else:
+            self.data = key
+            self.length = token_count(key)
+            self.extra_key = extra_key
         self.value = value
         self.lock_ref = 0
         self.held_locks = 0
@@ -68,15 +81,21 @@ class TreeNode:
         return self.value is None
 
     @property
-    def tokens(self) -> Tokens:
-        return cast(Tokens, self.key.token_ids)
+    def key(self) -> RadixKey:
+        return RadixKey(self.tokens, self.extra_key)
+
+    @key.setter
+    def key(self, key: RadixKey) -> None:
+        self.data = encode(key.token_ids, packed=True)
+        self.length = token_count(self.data)
+        self.extra_key = key.extra_key
 
     @property
-    def extra_key(self) -> str | None:
-        return self.key.extra_key
+    def tokens(self) -> Tokens:
+        return decode(self.data)
 
     def __len__(self) -> int:
-        return len(self.key.token_ids)
+        return self.length
 
     def recency(self) -> tuple[float, int]:
         """The eviction order: least recently used first, older node id on a tie."""
@@ -94,9 +113,14 @@ class TreeNode:
         )
 
 
-def child_key(extra_key: str | None, tokens: Tokens, start: int, page_size: int) -> ChildKey:
-    """The dict key of the child whose key begins at ``tokens[start]``: namespace + first page."""
-    return (extra_key, tokens[start : start + page_size])
+def child_key(extra_key: str | None, data: KeyData, start: int, page_size: int) -> ChildKey:
+    """The dict key of the child whose key begins at token ``start``: namespace + first page."""
+    return (extra_key, page_at(data, start, page_size))
+
+
+def edge(node: TreeNode, page_size: int) -> ChildKey:
+    """The dict key under which ``node``'s parent holds it."""
+    return (node.extra_key, page_at(node.data, 0, page_size))
 
 
 def path_to_root(node: TreeNode) -> Iterator[TreeNode]:
@@ -128,14 +152,15 @@ def split_node(node: N, split_len: int, new_id: int, page_size: int) -> N:
     so subclasses (MambaTreeNode) split here too and add their own fields afterwards.
     """
     assert node.parent is not None and node.value is not None
-    assert 0 < split_len < len(node) and split_len % page_size == 0
-    tokens = node.tokens
+    assert 0 < split_len < node.length and split_len % page_size == 0
+    data, cut = node.data, split_len * width(node.data)
     upper = type(node)(
         new_id,
-        RadixKey(tokens[:split_len], node.extra_key),
+        data[:cut],
         node.value[:split_len],
         node.parent,
         node.last_access_time,
+        node.extra_key,
     )
     upper.lock_ref = node.lock_ref
     upper.swa_lock_ref = node.swa_lock_ref  # an SWA window over the lower part covers it too
@@ -145,11 +170,12 @@ def split_node(node: N, split_len: int, new_id: int, page_size: int) -> N:
         pages = split_len // page_size
         upper.hash_values = node.hash_values[:pages]
         node.hash_values = node.hash_values[pages:]
-    node.parent.children[child_key(node.extra_key, tokens, 0, page_size)] = upper
-    node.key = RadixKey(tokens[split_len:], node.extra_key)
+    node.parent.children[edge(upper, page_size)] = upper
+    node.data = data[cut:]
+    node.length -= split_len
     node.value = node.value[split_len:]
     node.parent = upper
-    upper.children[child_key(node.extra_key, node.tokens, 0, page_size)] = node
+    upper.children[edge(node, page_size)] = node
     return upper
 
 
@@ -165,23 +191,33 @@ class Descent:
         self.partial_len = 0  # page-aligned tokens of ``partial`` the key shares
 
 
-def descend(root: TreeNode, tokens: Tokens, extra_key: str | None, page_size: int) -> Descent:
-    """Follow ``tokens`` down from ``root`` as far as whole pages match; never splits."""
+def descend(root: TreeNode, data: KeyData, extra_key: str | None, page_size: int) -> Descent:
+    """Follow the key ``data`` down from ``root`` as far as whole pages match; never splits."""
     out = Descent()
     node = root
-    while out.matched < len(tokens):
-        child = node.children.get(child_key(extra_key, tokens, out.matched, page_size))
+    n, probe = token_count(data), as_probe(data)
+    while out.matched < n:
+        child = node.children.get(child_key(extra_key, data, out.matched, page_size))
         if child is None:
             break
-        same = common_prefix_len(child.tokens, tokens, out.matched)
+        same = shared_len(child.data, probe, out.matched)
         same = same // page_size * page_size
-        if same < len(child):
+        if same < child.length:
             out.partial, out.partial_len = child, same
             break
         out.path.append(child)
         out.matched += same
         node = child
     return out
+
+
+def recode_tree(root: TreeNode, page_size: int) -> None:
+    """Turn every node's packed key data into token tuples (the first bigram key's cost)."""
+    nodes = [root, *iter_subtree(root)]
+    for node in nodes:
+        node.data = decode(node.data)
+    for node in nodes:
+        node.children = {edge(c, page_size): c for c in node.children.values()}
 
 
 def tree_lines(root: TreeNode) -> Iterator[str]:
