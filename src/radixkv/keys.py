@@ -123,16 +123,17 @@ def as_probe(data: KeyData) -> Probe:
     return memoryview(data) if type(data) is bytes else cast(Tokens, data)
 
 
-def shared_len(stored: KeyData, probe: Probe, start: int) -> int:
-    """Tokens ``stored`` shares with the key ``probe`` from token ``start`` on.
+def shared_items(stored: KeyData, probe: Probe, start: int) -> int:
+    """Items (whole tokens' worth) ``stored`` shares with ``probe`` from item ``start`` on.
 
-    A full match is one ``memcmp`` with no copy; a partial one bisects, so the number of
-    Python steps is logarithmic in the length.
+    Positions count items of the key data: bytes when packed, tokens in a tuple. A full
+    match is one ``memcmp`` with no copy; a partial one bisects, so the number of Python
+    steps is logarithmic in the length.
     """
     if type(stored) is bytes:
         if type(probe) is not memoryview:  # one tree holds one form; never guess
             raise AssertionError("packed key data compared with a token tuple")
-        return _shared_bytes(stored, probe, start * PACKED) // PACKED
+        return _shared_bytes(stored, probe, start)
     tokens = cast(Tokens, stored)
     if type(probe) is not tuple:
         raise AssertionError("token tuple compared with packed key data")

@@ -26,12 +26,12 @@ from radixkv.base import (
 from radixkv.errors import LockError, StaleNodeError, TokenTypeError
 from radixkv.hashing import chain_page_hashes, namespace_seed
 from radixkv.invariants import check_tree, require
-from radixkv.keys import KeyData, as_probe, shared_len, span, token_count
+from radixkv.keys import KeyData, span, token_count
 from radixkv.swa import FullAttention, SlidingWindow
 from radixkv.tokens import require_int
 from radixkv.tree import (
     TreeNode,
-    child_key,
+    descend,
     edge,
     iter_subtree,
     path_to_root,
@@ -156,19 +156,10 @@ class RadixCache(BasePrefixCache):
 
     def _walk(self, data: KeyData, extra_key: str | None) -> list[TreeNode]:
         """The nodes along the key, splitting the last one where the match ends inside it."""
-        node, matched, path = self.root, 0, []
-        p, n, probe = self.page_size, token_count(data), as_probe(data)
-        while matched < n:
-            child = node.children.get(child_key(extra_key, data, matched, p))
-            if child is None:
-                break
-            same = shared_len(child.data, probe, matched) // p * p
-            if same < child.length:
-                path.append(self._split(child, same))
-                break
-            path.append(child)
-            node, matched = child, matched + same
-        return path
+        walk = descend(self.root, data, extra_key, self.page_size)
+        if walk.partial is not None:
+            walk.path.append(self._split(walk.partial, walk.partial_len))
+        return walk.path
 
     def _split(self, node: TreeNode, split_len: int) -> TreeNode:
         return split_node(node, split_len, next(self._node_ids), self.page_size)
@@ -325,8 +316,8 @@ class RadixCache(BasePrefixCache):
         self._leaves.discard(leaf)
         if self._is_evictable_leaf(parent):  # the cascade: the parent may go next
             self._refresh_leaf(parent)
-        self._evictable_size -= len(leaf)
-        result.full_evicted += len(leaf)
+        self._evictable_size -= leaf.length
+        result.full_evicted += leaf.length
         result.swa_evicted += self._attention.deleted(leaf)
         self._free(leaf)
         leaf.value = None
@@ -360,8 +351,8 @@ class RadixCache(BasePrefixCache):
         node.held_locks += 1
         for n in path_to_root(node):
             if n.lock_ref == 0:
-                self._evictable_size -= len(n)
-                self._protected_size += len(n)
+                self._evictable_size -= n.length
+                self._protected_size += n.length
                 self._leaves.discard(n)
             n.lock_ref += 1
         return self._attention.lock(node)
@@ -380,8 +371,8 @@ class RadixCache(BasePrefixCache):
         for n in path_to_root(node):
             n.lock_ref -= 1
             if n.lock_ref == 0:
-                self._protected_size -= len(n)
-                self._evictable_size += len(n)
+                self._protected_size -= n.length
+                self._evictable_size += n.length
                 self._refresh_leaf(n)
 
     def _require_live(self, node: object) -> TreeNode:

@@ -99,7 +99,7 @@ class WindowLock:
 
 def start_of(node: TreeNode) -> int:
     """The token position where ``node``'s key starts on its root path."""
-    return sum(len(n) for n in path_to_root(node)) - len(node)
+    return sum(n.length for n in path_to_root(node)) - node.length
 
 
 class SlidingWindow(FullAttention):
@@ -125,7 +125,7 @@ class SlidingWindow(FullAttention):
         """How many nodes of a matched path a match may keep: the longest valid prefix."""
         best, live = 0, None  # live: tokens since the last tombstone (None: no tombstone)
         for depth, node in enumerate(path, 1):
-            live = 0 if node.swa_tombstone else (None if live is None else live + len(node))
+            live = 0 if node.swa_tombstone else (None if live is None else live + node.length)
             if live is None or live >= self.window:
                 best = depth
         return best
@@ -145,7 +145,7 @@ class SlidingWindow(FullAttention):
         """
         start, last = 0, path[-1] if path else None
         for node in path:
-            end = start + len(node)
+            end = start + node.length
             if end > prev_prefix_len:
                 last = self._settle(node, start, value, prev_prefix_len, swa_evicted)
             start = end
@@ -157,17 +157,17 @@ class SlidingWindow(FullAttention):
         if start < prev:  # the upper part is the caller's protected prefix: the tree's own
             self.cache._split(node, prev - start)
             start = prev
-        if node.swa_tombstone and start < swa_evicted < start + len(node):
+        if node.swa_tombstone and start < swa_evicted < start + node.length:
             # The caller holds no SWA KV for the upper part: it stays a tombstone.
             upper = self.cache._split(node, swa_evicted - start)
-            self.cache._free_indices(value[start : start + len(upper)])
+            self.cache._free_indices(value[start : start + upper.length])
             start = swa_evicted
-        incoming = value[start : start + len(node)]
+        incoming = value[start : start + node.length]
         if node.swa_tombstone and swa_evicted <= start and node.lock_ref == 0:
             self.cache._free(node)  # full KV only: its SWA KV is gone already
             node.value = incoming
             node.swa_tombstone = False
-            self._evictable += len(node)
+            self._evictable += node.length
         else:  # the tree keeps its indices (a running request may be using them)
             self.cache._free_indices(incoming)
         return node
@@ -193,16 +193,16 @@ class SlidingWindow(FullAttention):
 
     def lock(self, node: TreeNode) -> int:
         """SWA-lock the live nodes from ``node`` up until they hold W tokens; returns the id."""
-        covered, top = 0, start_of(node) + len(node)
+        covered, top = 0, start_of(node) + node.length
         for n in path_to_root(node):
             if n.swa_tombstone or covered >= self.window:
                 break
             if n.swa_lock_ref == 0:
-                self._evictable -= len(n)
-                self._protected += len(n)
+                self._evictable -= n.length
+                self._protected += n.length
             n.swa_lock_ref += 1
-            covered += len(n)
-            top -= len(n)
+            covered += n.length
+            top -= n.length
         lock_id = next(self._lock_ids)
         self._locks[lock_id] = WindowLock(node, top)
         return lock_id
@@ -216,8 +216,8 @@ class SlidingWindow(FullAttention):
         for n in self._window_nodes(record):
             n.swa_lock_ref -= 1
             if n.swa_lock_ref == 0:
-                self._protected -= len(n)
-                self._evictable += len(n)
+                self._protected -= n.length
+                self._evictable += n.length
 
     def _record(self, node: TreeNode, token: int | None) -> tuple[int, WindowLock]:
         """The lock to undo: the one ``token`` names, or the newest on ``node``."""
@@ -238,20 +238,20 @@ class SlidingWindow(FullAttention):
             if start <= record.top:
                 break
             nodes.append(n)
-            start -= len(n)
+            start -= n.length
         return nodes
 
     # ---- sizes and deletion ----------------------------------------------------------------
 
     def added(self, node: TreeNode) -> None:
         if not node.swa_tombstone:
-            self._evictable += len(node)
+            self._evictable += node.length
 
     def deleted(self, node: TreeNode) -> int:
         if node.swa_tombstone:
             return 0
-        self._evictable -= len(node)
-        return len(node)
+        self._evictable -= node.length
+        return node.length
 
     def evictable_size(self) -> int:
         return self._evictable
@@ -293,8 +293,8 @@ class SlidingWindow(FullAttention):
         if allocator is not None:
             allocator.free_swa(node.value)
         node.swa_tombstone = True
-        self._evictable -= len(node)
-        result.swa_evicted += len(node)
+        self._evictable -= node.length
+        result.swa_evicted += node.length
 
     # ---- invariants ----------------------------------------------------------------------
 
@@ -306,7 +306,7 @@ class SlidingWindow(FullAttention):
             for n in self._window_nodes(record):
                 windows[id(n)] = windows.get(id(n), 0) + 1
         for node in iter_subtree(self.cache.root):
-            size = len(node)
+            size = node.length
             require("INV-20", not (node.swa_tombstone and not node.children), "tombstone leaf")
             require("INV-21", node.swa_lock_ref == windows.get(id(node), 0), "swa_lock_ref")
             require("INV-21", node.swa_lock_ref <= node.lock_ref, "swa lock without full lock")

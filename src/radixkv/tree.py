@@ -13,7 +13,16 @@ from typing import TypeVar
 import torch
 
 from radixkv.base import RadixKey
-from radixkv.keys import KeyData, as_probe, decode, encode, page_at, shared_len, token_count, width
+from radixkv.keys import (
+    KeyData,
+    as_probe,
+    decode,
+    encode,
+    page_at,
+    shared_items,
+    token_count,
+    width,
+)
 from radixkv.tokens import Tokens
 
 ChildKey = tuple[str | None, KeyData]
@@ -194,20 +203,23 @@ class Descent:
 def descend(root: TreeNode, data: KeyData, extra_key: str | None, page_size: int) -> Descent:
     """Follow the key ``data`` down from ``root`` as far as whole pages match; never splits."""
     out = Descent()
-    node = root
-    n, probe = token_count(data), as_probe(data)
-    while out.matched < n:
-        child = node.children.get(child_key(extra_key, data, out.matched, page_size))
+    node, path = root, out.path
+    # Positions are items of the key data (bytes when packed): no conversions in the loop.
+    w = width(data)
+    page, end, probe = page_size * w, len(data), as_probe(data)
+    at = 0
+    while at < end:
+        child = node.children.get((extra_key, data[at : at + page]))
         if child is None:
             break
-        same = shared_len(child.data, probe, out.matched)
-        same = same // page_size * page_size
-        if same < child.length:
-            out.partial, out.partial_len = child, same
+        same = shared_items(child.data, probe, at) // page * page
+        if same < len(child.data):
+            out.partial, out.partial_len = child, same // w
             break
-        out.path.append(child)
-        out.matched += same
+        path.append(child)
+        at += same
         node = child
+    out.matched = at // w
     return out
 
 
