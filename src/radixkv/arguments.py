@@ -12,9 +12,9 @@ import torch
 
 from radixkv.base import RadixKey
 from radixkv.errors import TokenTypeError, UsageError
-from radixkv.keys import KeyData, decode, encode, span, token_count
+from radixkv.keys import KeyView, decode, read_key, require_non_negative, token_count, width
 from radixkv.tokens import page_align, require_int
-from radixkv.tree import TreeNode, recode_tree
+from radixkv.tree import Descent, TreeNode, descend, recode_tree
 
 
 def reject_unknown(kwargs: dict[str, Any]) -> None:
@@ -22,33 +22,46 @@ def reject_unknown(kwargs: dict[str, Any]) -> None:
         raise UsageError(f"unexpected keyword arguments: {sorted(kwargs)}")
 
 
-def tree_key(root: TreeNode, key: object, page_size: int) -> tuple[KeyData, str | None]:
+def tree_key(root: TreeNode, key: object, page_size: int) -> tuple[KeyView, str | None]:
     """The key's whole pages in the key form of ``root``'s tree, and its namespace.
 
-    The first key holding a bigram (tuple) token turns the tree's packed keys into tuples.
+    Packed ids are not yet checked for signs (keys.require_non_negative). The first key
+    holding a bigram (tuple) token turns the tree's packed keys into tuples.
     """
-    data, extra_key = aligned_key(key, page_size, packed=type(root.data) is bytes)
-    if type(data) is not type(root.data):
+    packed = type(root.data) is bytes
+    data, extra_key = aligned_key(key, page_size, packed)
+    if packed and type(data) is tuple:
         recode_tree(root, page_size)
     return data, extra_key
 
 
-def aligned_key(key: object, page_size: int, packed: bool) -> tuple[KeyData, str | None]:
+def checked_descent(
+    root: TreeNode, data: KeyView, extra_key: str | None, page_size: int, key: RadixKey
+) -> Descent:
+    """``descend`` with ``key`` checked: the part the tree holds is valid, the rest must be."""
+    walk = descend(root, data, extra_key, page_size)
+    require_non_negative(data, (walk.matched + walk.partial_len) * width(data), key.token_ids)
+    return walk
+
+
+def aligned_key(key: object, page_size: int, packed: bool) -> tuple[KeyView, str | None]:
     """The key's whole pages as key data (packed if ``packed`` allows), and its namespace."""
     if not isinstance(key, RadixKey):
         raise TokenTypeError(f"key must be a RadixKey, got {type(key).__name__}")
     extra_key = key.extra_key
     if extra_key is not None and not isinstance(extra_key, str):
         raise TokenTypeError(f"extra_key must be a str or None, got {type(extra_key).__name__}")
-    data = encode(key.token_ids, packed)
+    data = read_key(key.token_ids, packed)
     n = token_count(data)
     if n % page_size == 0:
         return data, extra_key
-    return span(data, 0, page_align(n, page_size)), extra_key
+    aligned = page_align(n, page_size) * (len(data) // n)
+    require_non_negative(data, aligned, key.token_ids)  # the tail is ignored, but checked
+    return data[:aligned], extra_key
 
 
 def aligned_value(
-    data: KeyData, value: object, device: torch.device, copy: bool = True
+    data: KeyView, value: object, device: torch.device, copy: bool = True
 ) -> torch.Tensor:
     """The first ``len(data)`` KV indices as int64 on ``device``; a private copy if ``copy``.
 

@@ -6,11 +6,13 @@ tokens. Bytes compare and slice with ``memcmp``/``memcpy`` and cost 8 bytes a to
 tuple of Python ints costs about 40. A tree uses one form for all its nodes: the first
 bigram key converts it (``recode_tree`` in tree.py), and it never converts back.
 
-Encoding a caller's key is its validation: ``struct`` packing rejects anything that is not
+Reading a caller's key is its validation: ``struct`` packing rejects anything that is not
 an int (or has ``__index__``) in the int64 range, and the sign byte of every packed id
-catches negative ones, all in C. Callers that hold an ``array('q')`` or an integer tensor
-skip the packing: their bytes are taken as they are. When the fast path refuses a key, the
-exact checks of tokens.py run and name the problem.
+catches negative ones, all in C. A key held as an ``array('q')`` (or an int64 memoryview)
+is not even copied: the tree compares against a view of the caller's buffer and copies only
+the part it stores. The sign check is left to the caller of ``read_key`` for the part of the
+key the tree does not hold already (``require_non_negative``): a part equal to stored tokens
+is valid. When the fast path refuses a key, the exact checks of tokens.py name the problem.
 """
 
 from __future__ import annotations
@@ -25,34 +27,43 @@ import torch
 
 from radixkv.tokens import Tokens, validate_tokens
 
-KeyData = bytes | Tokens
+KeyData = bytes | Tokens  # what a node stores
+KeyView = bytes | memoryview | Tokens  # a key being looked up (a view of the caller's buffer)
 Probe = memoryview | Tokens  # key data to compare with: a zero-copy view of packed bytes
 PACKED = 8  # bytes per token in packed key data
 _SIGN_BYTE = PACKED - 1 if sys.byteorder == "little" else 0
 _PACKERS: dict[int, struct.Struct] = {}  # key length -> native int64 packer
 
 
-def width(data: KeyData) -> int:
+def width(data: KeyView) -> int:
     """Items of ``data`` per token: 8 bytes when packed, one tuple item otherwise."""
-    return PACKED if type(data) is bytes else 1
+    return 1 if type(data) is tuple else PACKED
 
 
-def token_count(data: KeyData) -> int:
+def token_count(data: KeyView) -> int:
     return len(data) // width(data)
 
 
-def decode(data: KeyData) -> Tokens:
+def decode(data: KeyView) -> Tokens:
     """The tokens of ``data`` as a tuple (for display, hashing and the harness; not hot)."""
-    if type(data) is not bytes:
-        return cast(Tokens, data)
+    if isinstance(data, tuple):
+        return data
     return cast(Tokens, tuple(_packer(len(data) // PACKED).unpack(data)))
 
 
 def encode(token_ids: Iterable[object], packed: bool) -> KeyData:
-    """``token_ids`` validated, as packed bytes if ``packed`` and every token is an int.
+    """``token_ids`` validated, as packed bytes if ``packed`` and every token is an int."""
+    data = read_key(token_ids, packed)
+    require_non_negative(data, 0, token_ids)
+    return data if isinstance(data, tuple) else bytes(data)
 
-    Raises a usage error naming the first bad token. Returns a tuple for a key holding a
-    bigram token, or whenever ``packed`` is False (a tree already holding tuples).
+
+def read_key(token_ids: Iterable[object], packed: bool) -> KeyView:
+    """``token_ids`` as key data: packed if ``packed`` allows and every token is an int.
+
+    Raises a usage error naming the first bad token, except that packed data is not yet
+    checked for negative ids: see ``require_non_negative``. Returns a tuple for a key
+    holding a bigram token, or whenever ``packed`` is False (a tree holding tuples).
     """
     if packed:
         data = _pack(token_ids)
@@ -64,33 +75,45 @@ def encode(token_ids: Iterable[object], packed: bool) -> KeyData:
     return tokens
 
 
-def _pack(token_ids: Iterable[object]) -> bytes | None:
-    """Packed bytes of a key of ints in [0, 2**63), or None to let the exact checks decide."""
+def require_non_negative(data: KeyView, start: int, token_ids: Iterable[object]) -> None:
+    """Raise the usage error naming a negative id at item ``start`` of ``data`` or later."""
+    if isinstance(data, tuple):
+        return  # read_key checked every token
+    if isinstance(data, bytes):
+        signs = data[start + _SIGN_BYTE :: PACKED]
+    else:
+        signs = data[start:].tobytes()[_SIGN_BYTE::PACKED]
+    if not signs.isascii():
+        release(data)
+        validate_tokens(token_ids)  # raises, naming the first bad id
+        raise AssertionError("a negative id the exact checks accept")
+
+
+def release(data: KeyView) -> None:
+    """Let go of a view of the caller's buffer, so the caller may resize it again."""
+    if type(data) is memoryview:
+        data.release()
+
+
+def _pack(token_ids: Iterable[object]) -> bytes | memoryview | None:
+    """Packed int64 ids (signs unchecked), or None to let the exact checks decide."""
     kind = type(token_ids)
     if kind is list or kind is tuple:
         ids = cast(list[object], token_ids)
         try:
-            data = _packer(len(ids)).pack(*ids)
+            return _packer(len(ids)).pack(*ids)
         except struct.error:
             return None  # not an int, or out of the int64 range
-    elif kind is array or kind is memoryview:
+    if kind is array or kind is memoryview:
         buffer = memoryview(cast("array[int] | memoryview", token_ids))
         if buffer.format not in ("q", "l", "Q", "L") or buffer.itemsize != PACKED:
-            return None
-        data = buffer.tobytes()  # unsigned ids >= 2**63 show up as negative ones
-    elif isinstance(token_ids, torch.Tensor):
-        data_or_none = _tensor_bytes(token_ids)
-        if data_or_none is None:
-            return None
-        data = data_or_none
-    else:
-        return None
-    return data if _non_negative(data) else None
-
-
-def _non_negative(data: bytes) -> bool:
-    """True if no packed id has its sign bit set."""
-    return data[_SIGN_BYTE::PACKED].isascii()
+            return None  # unsigned ids >= 2**63 show up as negative ones
+        if not buffer.c_contiguous:
+            return buffer.tobytes()
+        return buffer.cast("B")
+    if isinstance(token_ids, torch.Tensor):
+        return _tensor_bytes(token_ids)
+    return None
 
 
 def _tensor_bytes(ids: torch.Tensor) -> bytes | None:
@@ -118,9 +141,9 @@ def _packer(n: int) -> struct.Struct:
     return packer
 
 
-def as_probe(data: KeyData) -> Probe:
-    """``data`` ready for ``shared_len``: packed bytes as a view that slices without copying."""
-    return memoryview(data) if type(data) is bytes else cast(Tokens, data)
+def as_probe(data: KeyView) -> Probe:
+    """``data`` ready for ``shared_items``: packed bytes as a view that slices without copying."""
+    return memoryview(data) if type(data) is bytes else cast(Probe, data)
 
 
 def shared_items(stored: KeyData, probe: Probe, start: int) -> int:
@@ -164,13 +187,13 @@ def _shared_bytes(stored: bytes, view: memoryview, begin: int) -> int:
     return lo
 
 
-def page_at(data: KeyData, start: int, page_size: int) -> KeyData:
+def page_at(data: KeyView, start: int, page_size: int) -> KeyData:
     """The ``page_size`` tokens of ``data`` from token ``start``: a child's dict key part."""
-    w = width(data)
-    return data[start * w : (start + page_size) * w]
+    return span(data, start, start + page_size)
 
 
-def span(data: KeyData, start: int, end: int) -> KeyData:
-    """Tokens ``[start, end)`` of ``data``, in its form."""
-    w = width(data)
-    return data[start * w : end * w]
+def span(data: KeyView, start: int, end: int) -> KeyData:
+    """Tokens ``[start, end)`` of ``data``, as stored data (a copy of a view's bytes)."""
+    if isinstance(data, tuple):
+        return data[start:end]
+    return bytes(data[start * PACKED : end * PACKED])

@@ -18,16 +18,22 @@ from typing import Any, Protocol, cast
 
 import torch
 
-from radixkv.arguments import aligned_value, reject_unknown, state_slot, tree_key
+from radixkv.arguments import (
+    aligned_value,
+    checked_descent,
+    reject_unknown,
+    state_slot,
+    tree_key,
+)
 from radixkv.base import BasePrefixCache, EvictResult, InsertResult, MatchResult, RadixKey
 from radixkv.errors import LockError, StaleNodeError, TokenTypeError, UsageError
 from radixkv.invariants import check_tree
-from radixkv.keys import KeyData, span, token_count
+from radixkv.keys import KeyData, release, span, token_count
 from radixkv.lru_list import LRUList
 from radixkv.mamba_invariants import check_mamba
 from radixkv.mamba_node import MambaTreeNode
 from radixkv.tokens import require_int
-from radixkv.tree import descend, edge, iter_subtree, path_to_root, split_node, tree_lines
+from radixkv.tree import Descent, edge, iter_subtree, path_to_root, split_node, tree_lines
 
 __all__ = ["LRUList", "MambaMatchResult", "MambaRadixCache", "MambaTreeNode"]
 
@@ -152,8 +158,7 @@ class MambaRadixCache(BasePrefixCache):
         length the KV alone matches when that is longer than ``prefix_len``, else ``None``.
         Refreshes the recency of the returned path in both lists, child before parent.
         """
-        data, extra_key = tree_key(self.root, key, self.page_size)
-        walk = descend(self.root, data, extra_key, self.page_size)
+        walk, _, _ = self._descend(key)
         kv_len = walk.matched + walk.partial_len
         path = [self._mamba(n) for n in walk.path]
         while path and path[-1].mamba_value is None:
@@ -210,10 +215,9 @@ class MambaRadixCache(BasePrefixCache):
         slot (a leaf without state could never be matched).
         """
         reject_unknown(kwargs)
-        data, extra_key = tree_key(self.root, key, self.page_size)
+        walk, data, extra_key = self._descend(key)
         value = aligned_value(data, value, self.device)
         slot = state_slot(mamba_value)
-        walk = descend(self.root, data, extra_key, self.page_size)
         n = token_count(data)
         self._check_insert(n, walk.matched + walk.partial_len, slot)
         node = self._mamba(walk.path[-1]) if walk.path else self.root
@@ -231,6 +235,15 @@ class MambaRadixCache(BasePrefixCache):
             self._adopt_state(node, slot)
         self._touch(node)
         return InsertResult(prefix_len=matched, last_node=node, mamba_exist=mamba_exist)
+
+    def _descend(self, key: RadixKey) -> tuple[Descent, KeyData, str | None]:
+        """Where the checked key leads (no change), and its data out of the caller's buffer."""
+        data, extra_key = tree_key(self.root, key, self.page_size)
+        try:
+            walk = checked_descent(self.root, data, extra_key, self.page_size, key)
+            return walk, span(data, 0, token_count(data)), extra_key
+        finally:
+            release(data)
 
     def _check_insert(self, length: int, cached: int, slot: int | None) -> None:
         if slot is not None and slot in self._slots:

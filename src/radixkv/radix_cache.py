@@ -14,7 +14,7 @@ from typing import Any, Protocol
 
 import torch
 
-from radixkv.arguments import aligned_value, reject_unknown, tree_key
+from radixkv.arguments import aligned_value, checked_descent, reject_unknown, tree_key
 from radixkv.base import (
     BasePrefixCache,
     EvictResult,
@@ -26,12 +26,11 @@ from radixkv.base import (
 from radixkv.errors import LockError, StaleNodeError, TokenTypeError
 from radixkv.hashing import chain_page_hashes, namespace_seed
 from radixkv.invariants import check_tree, require
-from radixkv.keys import KeyData, span, token_count
+from radixkv.keys import KeyData, KeyView, release, span, token_count
 from radixkv.swa import FullAttention, SlidingWindow
 from radixkv.tokens import require_int
 from radixkv.tree import (
     TreeNode,
-    descend,
     edge,
     iter_subtree,
     path_to_root,
@@ -144,7 +143,10 @@ class RadixCache(BasePrefixCache):
         exactly at ``prefix_len``, and refreshes the recency of every node on the path.
         """
         data, extra_key = tree_key(self.root, key, self.page_size)
-        path = self._walk(data, extra_key)
+        try:
+            path = self._walk(data, extra_key, key)
+        finally:
+            release(data)
         path = path[: self._attention.match_end(path)]
         node = path[-1] if path else self.root
         self._touch(node)
@@ -154,9 +156,12 @@ class RadixCache(BasePrefixCache):
         indices = torch.cat(values) if values else empty_indices(self.device)
         return MatchResult(indices=indices, last_node=node, prefix_len=indices.numel())
 
-    def _walk(self, data: KeyData, extra_key: str | None) -> list[TreeNode]:
-        """The nodes along the key, splitting the last one where the match ends inside it."""
-        walk = descend(self.root, data, extra_key, self.page_size)
+    def _walk(self, data: KeyView, extra_key: str | None, key: RadixKey) -> list[TreeNode]:
+        """The nodes along the key, splitting the last one where the match ends inside it.
+
+        Checks the key first: the part the tree holds is valid, the rest must be.
+        """
+        walk = checked_descent(self.root, data, extra_key, self.page_size, key)
         if walk.partial is not None:
             walk.path.append(self._split(walk.partial, walk.partial_len))
         return walk.path
@@ -197,10 +202,24 @@ class RadixCache(BasePrefixCache):
         require_int("swa_evicted_seqlen", swa_evicted_seqlen, 0)
         self._attention.check_insert(prev_prefix_len, swa_evicted_seqlen)
         data, extra_key = tree_key(self.root, key, self.page_size)
+        try:
+            return self._insert(key, data, extra_key, value, prev_prefix_len, swa_evicted_seqlen)
+        finally:
+            release(data)
+
+    def _insert(
+        self,
+        key: RadixKey,
+        data: KeyView,
+        extra_key: str | None,
+        value: torch.Tensor | None,
+        prev_prefix_len: int,
+        swa_evicted_seqlen: int,
+    ) -> InsertResult:
         # What the tree keeps is copied: all of it here with a window (it may adopt any part),
         # else only the new suffix, in _add_leaf.
         value = aligned_value(data, value, self.device, copy=self.supports_swa)
-        path = self._walk(data, extra_key)
+        path = self._walk(data, extra_key, key)
         matched = sum(n.length for n in path)
         settled = self._attention.insert_overlap(path, value, prev_prefix_len, swa_evicted_seqlen)
         node = settled or self.root
@@ -212,7 +231,7 @@ class RadixCache(BasePrefixCache):
     def _add_suffix(
         self,
         parent: TreeNode,
-        data: KeyData,
+        data: KeyView,
         extra_key: str | None,
         value: torch.Tensor,
         start: int,

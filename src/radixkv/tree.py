@@ -15,6 +15,7 @@ import torch
 from radixkv.base import RadixKey
 from radixkv.keys import (
     KeyData,
+    KeyView,
     as_probe,
     decode,
     encode,
@@ -122,7 +123,7 @@ class TreeNode:
         )
 
 
-def child_key(extra_key: str | None, data: KeyData, start: int, page_size: int) -> ChildKey:
+def child_key(extra_key: str | None, data: KeyView, start: int, page_size: int) -> ChildKey:
     """The dict key of the child whose key begins at token ``start``: namespace + first page."""
     return (extra_key, page_at(data, start, page_size))
 
@@ -200,7 +201,7 @@ class Descent:
         self.partial_len = 0  # page-aligned tokens of ``partial`` the key shares
 
 
-def descend(root: TreeNode, data: KeyData, extra_key: str | None, page_size: int) -> Descent:
+def descend(root: TreeNode, data: KeyView, extra_key: str | None, page_size: int) -> Descent:
     """Follow the key ``data`` down from ``root`` as far as whole pages match; never splits."""
     out = Descent()
     node, path = root, out.path
@@ -209,7 +210,8 @@ def descend(root: TreeNode, data: KeyData, extra_key: str | None, page_size: int
     page, end, probe = page_size * w, len(data), as_probe(data)
     at = 0
     while at < end:
-        child = node.children.get((extra_key, data[at : at + page]))
+        first = data[at : at + page]
+        child = node.children.get((extra_key, first if isinstance(first, tuple) else bytes(first)))
         if child is None:
             break
         same = shared_items(child.data, probe, at) // page * page
