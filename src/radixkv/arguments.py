@@ -81,9 +81,14 @@ def aligned_value(
         raise TokenTypeError(
             f"value must be a 1-D integer tensor, got {value.dtype}{tuple(value.shape)}"
         )
-    if value.numel() < n:
-        raise UsageError(f"value has {value.numel()} indices for {n} aligned tokens")
-    return value[:n].to(device=device, dtype=torch.int64, copy=copy)
+    given = value.numel()
+    if given < n:
+        raise UsageError(f"value has {given} indices for {n} aligned tokens")
+    if given > n:
+        value = value[:n]
+    if value.dtype == torch.int64 and value.device == device:
+        return value.clone() if copy else value
+    return value.to(device=device, dtype=torch.int64, copy=copy)
 
 
 def state_slot(mamba_value: object) -> int | None:
