@@ -48,14 +48,14 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "page-truncation-off-by-one",
         ARGS,
-        "tokens[: page_align(len(tokens), page_size)]",
-        "tokens[: page_align(len(tokens) + 1, page_size)]",
+        "    aligned = page_align(n, page_size) * (len(data) // n)",
+        "    aligned = page_align(n + 1, page_size) * (len(data) // n)",
     ),
     Mutant(
         "extra-key-ignored-in-child-keys",
         TREE,
-        "    return (extra_key, tokens[start : start + page_size])",
-        "    return (None, tokens[start : start + page_size])",
+        "    return (node.extra_key, page_at(node.data, 0, page_size))",
+        "    return (None, page_at(node.data, 0, page_size))",
     ),
     Mutant(
         "lru-picks-most-recent-leaf",
@@ -101,8 +101,8 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "size-counter-not-moved-on-lock",
         CACHE,
-        "            if n.lock_ref == 0:\n                self._evictable_size -= len(n)\n"
-        "                self._protected_size += len(n)\n"
+        "            if n.lock_ref == 0:\n                self._evictable_size -= n.length\n"
+        "                self._protected_size += n.length\n"
         "                self._leaves.discard(n)\n",
         "            if n.lock_ref == 0:\n                self._leaves.discard(n)\n",
     ),
@@ -163,15 +163,17 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "short-value-accepted",
         ARGS,
-        "    if value.numel() < n:\n",
-        "    if value.numel() < n - 1:\n",
+        "    if given < n:\n",
+        "    if given < n - 1:\n",
     ),
     Mutant(
         "rejected-insert-mutates-first",
         CACHE,
-        "        tokens, extra_key = aligned_key(key, self.page_size)\n        # What the tree",
+        "        data, extra_key = tree_key(self.root, key, self.page_size)\n        try:\n"
+        "            return self._insert(",
         "        self.root.last_access_time = self._clock()\n"
-        "        tokens, extra_key = aligned_key(key, self.page_size)\n        # What the tree",
+        "        data, extra_key = tree_key(self.root, key, self.page_size)\n        try:\n"
+        "            return self._insert(",
     ),
     # Sliding-window attention: the SWA machine must catch these.
     Mutant(
@@ -356,7 +358,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "swa-revive-forgets-size",
         SWA,
-        "            node.swa_tombstone = False\n            self._evictable += len(node)\n",
+        "            node.swa_tombstone = False\n            self._evictable += node.length\n",
         "            node.swa_tombstone = False\n",
         SWA_MACHINE,
     ),

@@ -9,7 +9,7 @@ import torch
 
 from radixkv import InvariantViolation, RadixKey, TreeNode, UsageError
 from radixkv.keys import encode
-from radixkv.tree import child_key, edge
+from radixkv.tree import edge
 from tests.conftest import CacheFactory
 from tests.helpers import CacheHarness, live_nodes, path_tokens
 
@@ -110,7 +110,7 @@ def wrong_child_key(h: CacheHarness) -> None:
     leaf = by_path(h, 7, 8)
     root = h.cache.root
     del root.children[edge(leaf, h.cache.page_size)]
-    root.children[child_key(None, encode([7, 9], packed=True), 0, h.cache.page_size)] = leaf
+    root.children[(None, encode([7, 9], packed=True))] = leaf
 
 
 def wrong_parent_pointer(h: CacheHarness) -> None:

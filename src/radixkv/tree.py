@@ -123,13 +123,11 @@ class TreeNode:
         )
 
 
-def child_key(extra_key: str | None, data: KeyView, start: int, page_size: int) -> ChildKey:
-    """The dict key of the child whose key begins at token ``start``: namespace + first page."""
-    return (extra_key, page_at(data, start, page_size))
-
-
 def edge(node: TreeNode, page_size: int) -> ChildKey:
-    """The dict key under which ``node``'s parent holds it."""
+    """The dict key under which ``node``'s parent holds it: its namespace and first page.
+
+    ``descend`` builds the same key from the key being looked up.
+    """
     return (node.extra_key, page_at(node.data, 0, page_size))
 
 
