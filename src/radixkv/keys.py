@@ -18,21 +18,18 @@ is valid. When the fast path refuses a key, the exact checks of tokens.py name t
 from __future__ import annotations
 
 import struct
-import sys
 from array import array
 from collections.abc import Iterable
 from typing import cast
 
 import torch
 
-from radixkv.tokens import Tokens, validate_tokens
+from radixkv.tokens import SIGN_BYTE, Tokens, int64_packer, validate_tokens
 
 KeyData = bytes | Tokens  # what a node stores
 KeyView = bytes | memoryview | Tokens  # a key being looked up (a view of the caller's buffer)
 Probe = memoryview | Tokens  # key data to compare with: a zero-copy view of packed bytes
 PACKED = 8  # bytes per token in packed key data
-_SIGN_BYTE = PACKED - 1 if sys.byteorder == "little" else 0
-_PACKERS: dict[int, struct.Struct] = {}  # key length -> native int64 packer
 
 
 def width(data: KeyView) -> int:
@@ -48,7 +45,7 @@ def decode(data: KeyView) -> Tokens:
     """The tokens of ``data`` as a tuple (for display, hashing and the harness; not hot)."""
     if isinstance(data, tuple):
         return data
-    return cast(Tokens, tuple(_packer(len(data) // PACKED).unpack(data)))
+    return cast(Tokens, tuple(int64_packer(len(data) // PACKED).unpack(data)))
 
 
 def encode(token_ids: Iterable[object], packed: bool) -> KeyData:
@@ -71,7 +68,7 @@ def read_key(token_ids: Iterable[object], packed: bool) -> KeyView:
             return data
     tokens = validate_tokens(token_ids)
     if packed and not any(type(t) is tuple for t in tokens):
-        return _pack_valid(cast(tuple[int, ...], tokens))
+        return int64_packer(len(tokens)).pack(*tokens)
     return tokens
 
 
@@ -80,9 +77,9 @@ def require_non_negative(data: KeyView, start: int, token_ids: Iterable[object])
     if isinstance(data, tuple):
         return  # read_key checked every token
     if isinstance(data, bytes):
-        signs = data[start + _SIGN_BYTE :: PACKED]
+        signs = data[start + SIGN_BYTE :: PACKED]
     else:
-        signs = data[start:].tobytes()[_SIGN_BYTE::PACKED]
+        signs = data[start:].tobytes()[SIGN_BYTE::PACKED]
     if not signs.isascii():
         release(data)
         validate_tokens(token_ids)  # raises, naming the first bad id
@@ -101,7 +98,7 @@ def _pack(token_ids: Iterable[object]) -> bytes | memoryview | None:
     if kind is list or kind is tuple:
         ids = cast(list[object], token_ids)
         try:
-            return _packer(len(ids)).pack(*ids)
+            return int64_packer(len(ids)).pack(*ids)
         except struct.error:
             return None  # not an int, or out of the int64 range
     if kind is array or kind is memoryview:
@@ -126,19 +123,6 @@ def _tensor_bytes(ids: torch.Tensor) -> bytes | None:
         # One C-level copy (a device key costs its one transfer here).
         torch.frombuffer(out, dtype=torch.int64).copy_(ids)
     return out.tobytes()
-
-
-def _pack_valid(ids: tuple[int, ...]) -> bytes:
-    return _packer(len(ids)).pack(*ids)
-
-
-def _packer(n: int) -> struct.Struct:
-    packer = _PACKERS.get(n)
-    if packer is None:
-        if len(_PACKERS) >= 4096:
-            _PACKERS.clear()
-        packer = _PACKERS[n] = struct.Struct(f"={n}q")
-    return packer
 
 
 def as_probe(data: KeyView) -> Probe:

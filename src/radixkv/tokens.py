@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import operator
 import struct
+import sys
 from collections.abc import Iterable, Sequence
 from typing import SupportsIndex, cast
 
@@ -17,15 +18,17 @@ Token = int | tuple[int, ...]
 Tokens = tuple[Token, ...]
 
 MAX_TOKEN_ID = 2**63
-_PACKERS: dict[int, struct.Struct] = {}  # key length -> little-endian int64 packer
+SIGN_BYTE = 7 if sys.byteorder == "little" else 0  # of a native int64
+_PACKERS: dict[int, struct.Struct] = {}  # key length -> native-endian int64 packer
 
 
-def _packer(n: int) -> struct.Struct:
+def int64_packer(n: int) -> struct.Struct:
+    """A cached ``struct`` packer of ``n`` native int64s (keys reuse a few lengths)."""
     packer = _PACKERS.get(n)
     if packer is None:
         if len(_PACKERS) >= 4096:
             _PACKERS.clear()
-        packer = _PACKERS[n] = struct.Struct(f"<{n}q")
+        packer = _PACKERS[n] = struct.Struct(f"={n}q")
     return packer
 
 
@@ -55,10 +58,10 @@ def _plain_ids(tokens: tuple[object, ...]) -> bool:
     if operator.countOf(map(type, tokens), int) != len(tokens):
         return False
     try:
-        packed = _packer(len(tokens)).pack(*tokens)
+        packed = int64_packer(len(tokens)).pack(*tokens)
     except struct.error:
         return False
-    return packed[7::8].isascii()
+    return packed[SIGN_BYTE::8].isascii()
 
 
 def _check_range(ids: Sequence[int]) -> None:
