@@ -52,7 +52,11 @@ def encode(token_ids: Iterable[object], packed: bool) -> KeyData:
     """``token_ids`` validated, as packed bytes if ``packed`` and every token is an int."""
     data = read_key(token_ids, packed)
     require_non_negative(data, 0, token_ids)
-    return data if isinstance(data, tuple) else bytes(data)
+    if isinstance(data, tuple):
+        return data
+    stored = bytes(data)
+    release(data)
+    return stored
 
 
 def read_key(token_ids: Iterable[object], packed: bool) -> KeyView:
