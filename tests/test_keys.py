@@ -43,11 +43,11 @@ def test_a_negative_id_anywhere_is_rejected_in_every_form(form: str) -> None:
     cache = RadixCache()
     cache.insert(RadixKey([1, 2, 3]), torch.arange(3))
     for bad in ([1, 2, 3, -4], [1, -2, 3], [-1]):
-        key = RadixKey(FORMS[form](bad))
+        key = RadixKey(FORMS[form](bad))  # type: ignore[arg-type]
         with pytest.raises(UsageError, match="-"):
             cache.match_prefix(key)
         with pytest.raises(UsageError, match="-"):
-            cache.insert(key, torch.arange(len(bad)))  # type: ignore[arg-type]
+            cache.insert(key, torch.arange(len(bad)))
     assert cache.total_size() == 3
     cache.check_invariants()
 
