@@ -24,7 +24,7 @@ from typing import cast
 
 import torch
 
-from radixkv.tokens import SIGN_BYTE, Tokens, int64_packer, validate_tokens
+from radixkv.tokens import SIGN_BYTE, Tokens, common_prefix_len, int64_packer, validate_tokens
 
 KeyData = bytes | Tokens  # what a node stores
 KeyView = bytes | memoryview | Tokens  # a key being looked up (a view of the caller's buffer)
@@ -145,20 +145,9 @@ def shared_items(stored: KeyData, probe: Probe, start: int) -> int:
         if type(probe) is not memoryview:  # one tree holds one form; never guess
             raise AssertionError("packed key data compared with a token tuple")
         return _shared_bytes(stored, probe, start)
-    tokens = cast(Tokens, stored)
     if type(probe) is not tuple:
         raise AssertionError("token tuple compared with packed key data")
-    n = min(len(tokens), len(probe) - start)
-    if (tokens if n == len(tokens) else tokens[:n]) == probe[start : start + n]:
-        return n
-    lo, hi = 0, n  # tokens[:lo] matches; tokens[:hi] does not
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if tokens[lo:mid] == probe[start + lo : start + mid]:
-            lo = mid
-        else:
-            hi = mid
-    return lo
+    return common_prefix_len(cast(Tokens, stored), probe, start)
 
 
 def _shared_bytes(stored: bytes, view: memoryview, begin: int) -> int:
