@@ -127,8 +127,8 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "evict-no-cascade-to-parent",
         CACHE,
-        "        if self._is_evictable_leaf(parent):  # the cascade",
-        "        if False:  # the cascade",
+        "        self._refresh_leaf(parent)  # the cascade",
+        "        pass  # the cascade",
     ),
     Mutant(
         "evict-does-not-free",

@@ -12,7 +12,16 @@ import torch
 
 from radixkv.base import RadixKey
 from radixkv.errors import TokenTypeError, UsageError
-from radixkv.keys import KeyView, decode, read_key, require_non_negative, token_count, width
+from radixkv.keys import (
+    KeyData,
+    KeyView,
+    decode,
+    read_key,
+    require_non_negative,
+    span,
+    token_count,
+    width,
+)
 from radixkv.tokens import page_align, require_int
 from radixkv.tree import Descent, TreeNode, descend, recode_tree
 
@@ -42,6 +51,17 @@ def checked_descent(
     walk = descend(root, data, extra_key, page_size)
     require_non_negative(data, (walk.matched + walk.partial_len) * width(data), key.token_ids)
     return walk
+
+
+def descent_and_new_part(
+    root: TreeNode, data: KeyView, extra_key: str | None, page_size: int, key: RadixKey
+) -> tuple[Descent, KeyData]:
+    """``descend``, and the tokens the tree does not hold yet, copied out of the caller's
+    buffer and checked (on the copy, which an insert stores anyway)."""
+    walk = descend(root, data, extra_key, page_size)
+    new = span(data, walk.matched + walk.partial_len, token_count(data))
+    require_non_negative(new, 0, key.token_ids)
+    return walk, new
 
 
 def aligned_key(key: object, page_size: int, packed: bool) -> tuple[KeyView, str | None]:

@@ -80,14 +80,25 @@ def require_non_negative(data: KeyView, start: int, token_ids: Iterable[object])
     """Raise the usage error naming a negative id at item ``start`` of ``data`` or later."""
     if isinstance(data, tuple):
         return  # read_key checked every token
-    if isinstance(data, bytes):
-        signs = data[start + SIGN_BYTE :: PACKED]
-    else:
-        signs = data[start:].tobytes()[SIGN_BYTE::PACKED]
-    if not signs.isascii():
+    if not _signs_clear(data, start):
         release(data)
         validate_tokens(token_ids)  # raises, naming the first bad id
         raise AssertionError("a negative id the exact checks accept")
+
+
+_CHUNK = 1 << 15  # bytes of a view copied at a time: small copies reuse warm memory
+
+
+def _signs_clear(data: bytes | memoryview, start: int) -> bool:
+    """No packed id from item ``start`` on has its sign bit set."""
+    if isinstance(data, bytes):
+        return data[start + SIGN_BYTE :: PACKED].isascii()
+    # A view cannot be strided at C speed; copying it whole would cost a fresh allocation
+    # (page faults) for every long key.
+    for at in range(start, len(data), _CHUNK):
+        if not data[at : at + _CHUNK].tobytes()[SIGN_BYTE::PACKED].isascii():
+            return False
+    return True
 
 
 def release(data: KeyView) -> None:

@@ -21,6 +21,7 @@ import torch
 from radixkv.arguments import (
     aligned_value,
     checked_descent,
+    descent_and_new_part,
     reject_unknown,
     state_slot,
     tree_key,
@@ -28,12 +29,12 @@ from radixkv.arguments import (
 from radixkv.base import BasePrefixCache, EvictResult, InsertResult, MatchResult, RadixKey
 from radixkv.errors import LockError, StaleNodeError, TokenTypeError, UsageError
 from radixkv.invariants import check_tree
-from radixkv.keys import KeyData, release, span, token_count
+from radixkv.keys import KeyData, release, token_count
 from radixkv.lru_list import LRUList
 from radixkv.mamba_invariants import check_mamba
 from radixkv.mamba_node import MambaTreeNode
 from radixkv.tokens import require_int
-from radixkv.tree import Descent, edge, iter_subtree, path_to_root, split_node, tree_lines
+from radixkv.tree import edge, iter_subtree, path_to_root, split_node, tree_lines
 
 __all__ = ["LRUList", "MambaMatchResult", "MambaRadixCache", "MambaTreeNode"]
 
@@ -158,7 +159,11 @@ class MambaRadixCache(BasePrefixCache):
         length the KV alone matches when that is longer than ``prefix_len``, else ``None``.
         Refreshes the recency of the returned path in both lists, child before parent.
         """
-        walk, _, _ = self._descend(key)
+        data, extra_key = tree_key(self.root, key, self.page_size)
+        try:
+            walk = checked_descent(self.root, data, extra_key, self.page_size, key)
+        finally:
+            release(data)
         kv_len = walk.matched + walk.partial_len
         path = [self._mamba(n) for n in walk.path]
         while path and path[-1].mamba_value is None:
@@ -215,20 +220,23 @@ class MambaRadixCache(BasePrefixCache):
         slot (a leaf without state could never be matched).
         """
         reject_unknown(kwargs)
-        walk, data, extra_key = self._descend(key)
-        value = aligned_value(data, value, self.device)
+        data, extra_key = tree_key(self.root, key, self.page_size)
+        try:
+            value = aligned_value(data, value, self.device)
+            walk, new = descent_and_new_part(self.root, data, extra_key, self.page_size, key)
+        finally:
+            release(data)
         slot = state_slot(mamba_value)
-        n = token_count(data)
-        self._check_insert(n, walk.matched + walk.partial_len, slot)
+        self._check_insert(new, slot)
         node = self._mamba(walk.path[-1]) if walk.path else self.root
         matched = walk.matched
         if walk.partial is not None:
             node = self._split(self._mamba(walk.partial), walk.partial_len)
             matched += walk.partial_len
         mamba_exist = False
-        if matched < n:
+        if new:
             assert slot is not None
-            node = self._add_leaf(node, span(data, matched, n), extra_key, value[matched:], slot)
+            node = self._add_leaf(node, new, extra_key, value[matched:], slot)
         elif node.mamba_value is not None:
             mamba_exist = True
         elif slot is not None:
@@ -236,21 +244,12 @@ class MambaRadixCache(BasePrefixCache):
         self._touch(node)
         return InsertResult(prefix_len=matched, last_node=node, mamba_exist=mamba_exist)
 
-    def _descend(self, key: RadixKey) -> tuple[Descent, KeyData, str | None]:
-        """Where the checked key leads (no change), and its data out of the caller's buffer."""
-        data, extra_key = tree_key(self.root, key, self.page_size)
-        try:
-            walk = checked_descent(self.root, data, extra_key, self.page_size, key)
-            return walk, span(data, 0, token_count(data)), extra_key
-        finally:
-            release(data)
-
-    def _check_insert(self, length: int, cached: int, slot: int | None) -> None:
+    def _check_insert(self, new: KeyData, slot: int | None) -> None:
         if slot is not None and slot in self._slots:
             raise UsageError(f"mamba_value {slot} is a state slot the cache already owns")
-        if slot is None and cached < length:
+        if slot is None and new:
             raise UsageError(
-                f"inserting {length - cached} new tokens needs a mamba_value: "
+                f"inserting {token_count(new)} new tokens needs a mamba_value: "
                 "a leaf without state could never be matched"
             )
 

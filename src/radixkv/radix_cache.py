@@ -14,7 +14,13 @@ from typing import Any, Protocol
 
 import torch
 
-from radixkv.arguments import aligned_value, checked_descent, reject_unknown, tree_key
+from radixkv.arguments import (
+    aligned_value,
+    checked_descent,
+    descent_and_new_part,
+    reject_unknown,
+    tree_key,
+)
 from radixkv.base import (
     BasePrefixCache,
     EvictResult,
@@ -30,6 +36,7 @@ from radixkv.keys import KeyData, KeyView, release, span, token_count
 from radixkv.swa import FullAttention, SlidingWindow
 from radixkv.tokens import require_int
 from radixkv.tree import (
+    Descent,
     TreeNode,
     edge,
     iter_subtree,
@@ -72,10 +79,11 @@ class RadixCache(BasePrefixCache):
         self._node_ids = itertools.count()
         self._evictable_size = 0
         self._protected_size = 0
-        # The evictable leaves, kept up to date, and a heap of (recency, leaf) holding an
+        # The evictable leaves, kept up to date, and a heap of (recency, id, leaf) holding an
         # entry for each at its current recency (stale entries are skipped when popped).
         self._leaves: set[TreeNode] = set()
-        self._heap: list[tuple[tuple[float, int], TreeNode]] = []
+        self._heap: list[tuple[float, int, TreeNode]] = []
+        self._no_indices = empty_indices(self.device)  # a match of nothing
         self._attention: FullAttention = (
             FullAttention()
             if sliding_window_size is None
@@ -153,7 +161,7 @@ class RadixCache(BasePrefixCache):
         for visited in path:
             visited.hit_count += 1
         values = [n.value for n in path if n.value is not None]
-        indices = torch.cat(values) if values else empty_indices(self.device)
+        indices = torch.cat(values) if values else self._no_indices
         return MatchResult(indices=indices, last_node=node, prefix_len=indices.numel())
 
     def _walk(self, data: KeyView, extra_key: str | None, key: RadixKey) -> list[TreeNode]:
@@ -161,7 +169,11 @@ class RadixCache(BasePrefixCache):
 
         Checks the key first: the part the tree holds is valid, the rest must be.
         """
-        walk = checked_descent(self.root, data, extra_key, self.page_size, key)
+        return self._split_where_it_ends(
+            checked_descent(self.root, data, extra_key, self.page_size, key)
+        )
+
+    def _split_where_it_ends(self, walk: Descent) -> list[TreeNode]:
         if walk.partial is not None:
             walk.path.append(self._split(walk.partial, walk.partial_len))
         return walk.path
@@ -219,34 +231,36 @@ class RadixCache(BasePrefixCache):
         # What the tree keeps is copied: all of it here with a window (it may adopt any part),
         # else only the new suffix, in _add_leaf.
         value = aligned_value(data, value, self.device, copy=self.supports_swa)
-        path = self._walk(data, extra_key, key)
-        matched = sum(n.length for n in path)
+        walk, new = descent_and_new_part(self.root, data, extra_key, self.page_size, key)
+        path = self._split_where_it_ends(walk)
+        matched = walk.matched + walk.partial_len
         settled = self._attention.insert_overlap(path, value, prev_prefix_len, swa_evicted_seqlen)
         node = settled or self.root
-        if matched < token_count(data):
-            node = self._add_suffix(node, data, extra_key, value, matched, swa_evicted_seqlen)
+        if new:
+            node = self._add_suffix(node, new, extra_key, value, matched, swa_evicted_seqlen)
         self._touch(node)
         return InsertResult(prefix_len=matched, last_node=node)
 
     def _add_suffix(
         self,
         parent: TreeNode,
-        data: KeyView,
+        new: KeyData,
         extra_key: str | None,
         value: torch.Tensor,
         start: int,
         swa_evicted_seqlen: int,
     ) -> TreeNode:
-        """Cache the key's tokens from ``start`` on below ``parent``; returns the node ending it."""
-        end = token_count(data)
+        """Cache ``new``, the key's tokens from ``start`` on, below ``parent``; returns the
+        node ending it."""
+        end = start + token_count(new)
         live_from = self._attention.suffix_split(start, end, swa_evicted_seqlen)
         if live_from == end:  # all of it lost its SWA KV: nothing worth caching
             self._free_indices(value[start:])
             return parent
         if live_from > start:
-            lost = span(data, start, live_from)
+            lost, new = span(new, 0, live_from - start), span(new, live_from - start, end - start)
             parent = self._add_leaf(parent, lost, extra_key, value[start:live_from], tombstone=True)
-        return self._add_leaf(parent, span(data, live_from, end), extra_key, value[live_from:])
+        return self._add_leaf(parent, new, extra_key, value[live_from:])
 
     def _add_leaf(
         self,
@@ -289,9 +303,9 @@ class RadixCache(BasePrefixCache):
     def _evict_leaves(self, num_tokens: int, result: EvictResult) -> None:
         candidates = self._heap
         while result.full_evicted < num_tokens and candidates:
-            recency, leaf = heapq.heappop(candidates)
-            if leaf not in self._leaves or recency != leaf.recency():
-                continue  # stale: since deleted, locked, given a child, or touched
+            stamp, _, leaf = heapq.heappop(candidates)
+            if stamp != leaf.last_access_time or leaf not in self._leaves:
+                continue  # stale: since touched, deleted, locked or given a child
             self._delete_with_tombstones(leaf, result)  # a parent left a leaf is queued
 
     def _delete_with_tombstones(self, leaf: TreeNode, result: EvictResult) -> TreeNode:
@@ -324,17 +338,16 @@ class RadixCache(BasePrefixCache):
     def _push_leaf(self, node: TreeNode) -> None:
         heap = self._heap
         if len(heap) > 2 * len(self._leaves) + 64:  # mostly stale: rebuild
-            heap[:] = [(n.recency(), n) for n in self._leaves]
+            heap[:] = [(n.last_access_time, n.id, n) for n in self._leaves]
             heapq.heapify(heap)
-        heapq.heappush(heap, (node.recency(), node))
+        heapq.heappush(heap, (node.last_access_time, node.id, node))
 
     def _delete_leaf(self, leaf: TreeNode, result: EvictResult) -> None:
         parent = leaf.parent
         assert parent is not None and leaf.lock_ref == 0
         del parent.children[edge(leaf, self.page_size)]
         self._leaves.discard(leaf)
-        if self._is_evictable_leaf(parent):  # the cascade: the parent may go next
-            self._refresh_leaf(parent)
+        self._refresh_leaf(parent)  # the cascade: the parent may go next
         self._evictable_size -= leaf.length
         result.full_evicted += leaf.length
         result.swa_evicted += self._attention.deleted(leaf)
@@ -443,8 +456,8 @@ class RadixCache(BasePrefixCache):
         self._attention.check()
         leaves = {n for n in iter_subtree(self.root) if self._is_evictable_leaf(n)}
         require("INV-6", self._leaves == leaves, "the evictable-leaf set is stale")
-        queued = {(recency, id(n)) for recency, n in self._heap}
-        fresh = all((n.recency(), id(n)) in queued for n in leaves)
+        queued = {(stamp, id(n)) for stamp, _, n in self._heap}
+        fresh = all((n.last_access_time, id(n)) in queued for n in leaves)
         require("INV-6", fresh, "an evictable leaf is missing from the eviction heap")
 
     def pretty_print(self) -> None:
