@@ -79,10 +79,10 @@ class RadixCache(BasePrefixCache):
         self._node_ids = itertools.count()
         self._evictable_size = 0
         self._protected_size = 0
-        # The evictable leaves, kept up to date, and a heap of (recency, id, leaf) holding an
+        # The evictable leaves, kept up to date, and a heap of (recency, leaf) holding an
         # entry for each at its current recency (stale entries are skipped when popped).
         self._leaves: set[TreeNode] = set()
-        self._heap: list[tuple[float, int, TreeNode]] = []
+        self._heap: list[tuple[tuple[float, int], TreeNode]] = []
         self._no_indices = empty_indices(self.device)  # a match of nothing
         self._attention: FullAttention = (
             FullAttention()
@@ -303,8 +303,8 @@ class RadixCache(BasePrefixCache):
     def _evict_leaves(self, num_tokens: int, result: EvictResult) -> None:
         candidates = self._heap
         while result.full_evicted < num_tokens and candidates:
-            stamp, _, leaf = heapq.heappop(candidates)
-            if stamp != leaf.last_access_time or leaf not in self._leaves:
+            recency, leaf = heapq.heappop(candidates)
+            if recency != leaf.recency() or leaf not in self._leaves:
                 continue  # stale: since touched, deleted, locked or given a child
             self._delete_with_tombstones(leaf, result)  # a parent left a leaf is queued
 
@@ -338,9 +338,9 @@ class RadixCache(BasePrefixCache):
     def _push_leaf(self, node: TreeNode) -> None:
         heap = self._heap
         if len(heap) > 2 * len(self._leaves) + 64:  # mostly stale: rebuild
-            heap[:] = [(n.last_access_time, n.id, n) for n in self._leaves]
+            heap[:] = [(n.recency(), n) for n in self._leaves]
             heapq.heapify(heap)
-        heapq.heappush(heap, (node.last_access_time, node.id, node))
+        heapq.heappush(heap, (node.recency(), node))
 
     def _delete_leaf(self, leaf: TreeNode, result: EvictResult) -> None:
         parent = leaf.parent
@@ -456,8 +456,8 @@ class RadixCache(BasePrefixCache):
         self._attention.check()
         leaves = {n for n in iter_subtree(self.root) if self._is_evictable_leaf(n)}
         require("INV-6", self._leaves == leaves, "the evictable-leaf set is stale")
-        queued = {(stamp, id(n)) for stamp, _, n in self._heap}
-        fresh = all((n.last_access_time, id(n)) in queued for n in leaves)
+        queued = {(recency, id(n)) for recency, n in self._heap}
+        fresh = all((n.recency(), id(n)) in queued for n in leaves)
         require("INV-6", fresh, "an evictable leaf is missing from the eviction heap")
 
     def pretty_print(self) -> None:
