@@ -23,6 +23,7 @@ CACHE = "src/radixkv/radix_cache.py"
 TREE = "src/radixkv/tree.py"
 HASHING = "src/radixkv/hashing.py"
 ARGS = "src/radixkv/arguments.py"
+KEYS = "src/radixkv/keys.py"
 SWA = "src/radixkv/swa.py"
 SWA_MACHINE = "tests/machines/test_swa_machine.py"
 # Two SWA bugs need a locked node under (or over) a tombstone: the thorough machine finds
@@ -159,6 +160,19 @@ MUTANTS: tuple[Mutant, ...] = (
         "src/radixkv/tokens.py",
         "    if lo < 0:\n",
         "    if lo < -(2**40):\n",
+    ),
+    Mutant(
+        "insert-new-part-signs-unchecked",
+        ARGS,
+        "    require_non_negative(new, 0, key.token_ids)\n",
+        "    pass\n",
+    ),
+    Mutant(
+        "view-signs-checked-in-first-chunk-only",
+        KEYS,
+        "    for at in range(start, len(data), _CHUNK):\n",
+        "    for at in range(start, min(len(data), start + _CHUNK), _CHUNK):\n",
+        "tests/test_keys.py",
     ),
     Mutant(
         "short-value-accepted",

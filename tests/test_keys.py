@@ -10,6 +10,7 @@ import torch
 
 from radixkv import RadixCache, RadixKey, UsageError
 from radixkv.keys import PACKED, decode, encode
+from tests.helpers import snapshot
 
 FORMS: dict[str, Callable[[list[int]], object]] = {
     "list": list,
@@ -49,6 +50,29 @@ def test_a_negative_id_anywhere_is_rejected_in_every_form(form: str) -> None:
         with pytest.raises(UsageError, match="-"):
             cache.insert(key, torch.arange(len(bad)))
     assert cache.total_size() == 3
+    cache.check_invariants()
+
+
+@pytest.mark.parametrize("form", ["array q", "memoryview", "list"])
+@pytest.mark.parametrize("at", [3000, 4095, 4096, 8191, 8192, 9999])
+def test_a_negative_id_deep_in_a_long_key_is_rejected_before_any_change(
+    form: str, at: int
+) -> None:
+    # Long keys are checked in chunks (views) or on the stored copy (inserts): the id at
+    # each chunk edge, past the part the tree holds, must still be seen.
+    cache = RadixCache()
+    held = list(range(1, 5001))
+    cache.insert(RadixKey(held[:3000] + [7] * 2000), torch.arange(5000))
+    cache.insert(RadixKey(held), torch.arange(5000, 10000))
+    before = snapshot(cache)
+    bad = list(range(1, 10001))
+    bad[at] = -bad[at]
+    key = RadixKey(FORMS[form](bad))  # type: ignore[arg-type]
+    with pytest.raises(UsageError, match=f"-{at + 1}"):
+        cache.match_prefix(key)
+    with pytest.raises(UsageError, match=f"-{at + 1}"):
+        cache.insert(key, torch.arange(10000, 20000))
+    assert snapshot(cache) == before
     cache.check_invariants()
 
 
