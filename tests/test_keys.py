@@ -55,9 +55,7 @@ def test_a_negative_id_anywhere_is_rejected_in_every_form(form: str) -> None:
 
 @pytest.mark.parametrize("form", ["array q", "memoryview", "list"])
 @pytest.mark.parametrize("at", [3000, 4095, 4096, 8191, 8192, 9999])
-def test_a_negative_id_deep_in_a_long_key_is_rejected_before_any_change(
-    form: str, at: int
-) -> None:
+def test_a_negative_id_deep_in_a_long_key_is_rejected_before_any_change(form: str, at: int) -> None:
     # Long keys are checked in chunks (views) or on the stored copy (inserts): the id at
     # each chunk edge, past the part the tree holds, must still be seen.
     cache = RadixCache()
