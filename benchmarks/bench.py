@@ -102,9 +102,9 @@ def sglang_split_recency_as_radixkv() -> Iterator[None]:
         cache._split_node = original_split
 
 
-def run(cfg: Config, cache: str, seed: int) -> ReplayReport:
+def run(cfg: Config, cache: str, seed: int, device: str = "cpu") -> ReplayReport:
     trace = generate(WorkloadConfig(seed=seed, requests=cfg.requests, prompt_len=cfg.prompt_len))
-    return replay(cache, trace, page_size=cfg.page_size, pool_size=cfg.pool)
+    return replay(cache, trace, page_size=cfg.page_size, pool_size=cfg.pool, device=device)
 
 
 def bytes_per_token(cfg: Config, cache: str, seed: int) -> float:
@@ -125,6 +125,9 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--only", type=int, nargs="*", help="configuration numbers (1-based)")
     parser.add_argument("--no-same-rule", action="store_true", help="skip the untimed check")
+    parser.add_argument(
+        "--device", default="cpu", help="KV indices on this device (cuda: syncs are errors)"
+    )
     args = parser.parse_args()
     torch.set_num_threads(1)
     chosen = configs(args.quick)
@@ -138,7 +141,7 @@ def main() -> int:
         started = time.monotonic()
         for r in range(args.repeats):
             for cache in CACHES if r % 2 == 0 else CACHES[::-1]:  # interleaved
-                report = run(cfg, cache, args.seed)
+                report = run(cfg, cache, args.seed, args.device)
                 runs[cache].append(report)
                 print(f"  {cache:8} run {r + 1}: {report.requests_per_s:9,.0f} req/s", flush=True)
         rate = {c: statistics.median(x.requests_per_s for x in runs[c]) for c in CACHES}

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
-
 import pytest
 import torch
 
 from radixkv import KVIndexAllocator, RadixCache, RadixKey, UsageError, hash_token_ids
+from radixkv.replay import no_host_sync, replay
+from radixkv.workload import WorkloadConfig, generate
 from tests.conftest import CacheFactory
 from tests.helpers import ids, live_nodes, path_tokens, requires_cuda
 
@@ -24,18 +23,6 @@ class DeviceOnlyPool:
 
     def free(self, indices: torch.Tensor) -> None:
         self.freed.append(indices)
-
-
-@contextmanager
-def no_host_sync() -> Iterator[None]:
-    """Turn any synchronising CUDA call into an error for the duration of the block."""
-    torch.cuda.synchronize()
-    previous = torch.cuda.get_sync_debug_mode()
-    torch.cuda.set_sync_debug_mode("error")
-    try:
-        yield
-    finally:
-        torch.cuda.set_sync_debug_mode(previous)
 
 
 def test_insert_match_split_lock_evict_on_a_cuda_pool(
@@ -99,7 +86,7 @@ def test_match_insert_evict_never_synchronise_with_the_host(cuda_device: torch.d
     cache = RadixCache(page_size=2, token_to_kv_pool_allocator=pool)
     values = [torch.arange(i * 100, i * 100 + 8, device=cuda_device) for i in range(4)]
     narrow = torch.arange(500, 508, device=cuda_device, dtype=torch.int32)
-    with no_host_sync():
+    with no_host_sync(cuda_device):
         cache.insert(RadixKey([1, 2, 3, 4, 5, 6]), values[0])
         cache.insert(RadixKey([1, 2, 3, 4, 7, 8, 9]), values[1])  # splits, unaligned tail
         cache.insert(RadixKey([1, 2, 3, 4], "ns"), narrow)  # dtype conversion on device
@@ -122,6 +109,19 @@ def test_match_insert_evict_never_synchronise_with_the_host(cuda_device: torch.d
     assert sorted(i for t in pool.freed for i in ids(t)) == sorted(
         [0, 1, 2, 3, 4, 5, 104, 105, 500, 501, 502, 503, 200, 201, 202, 203]
     )
+
+
+@pytest.mark.parametrize("page_size", [1, 16])
+def test_a_replay_on_cuda_indices_never_synchronises(
+    cuda_device: torch.device, page_size: int
+) -> None:
+    trace = WorkloadConfig(seed=3, requests=120, prompt_len=256)
+    on_cpu = replay("radixkv", generate(trace), page_size=page_size, pool_size=256 * 12)
+    on_cuda = replay(
+        "radixkv", generate(trace), page_size=page_size, pool_size=256 * 12, device=cuda_device
+    )  # under sync debug mode "error"; ends by checking every index came back once
+    assert on_cuda.tokens["evict"] > 0
+    assert on_cuda.prefix_digest == on_cpu.prefix_digest
 
 
 def test_a_value_on_another_device_is_rejected_or_moved(cuda_device: torch.device) -> None:

@@ -25,6 +25,7 @@ match limit is a zero-copy ``memoryview`` slice for radixkv and sglang's ``limit
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import hashlib
 import importlib
@@ -36,7 +37,7 @@ import sys
 import time
 from array import array
 from collections import defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -269,6 +270,21 @@ def _maxrss() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * scale
 
 
+@contextlib.contextmanager
+def no_host_sync(device: torch.device) -> Iterator[None]:
+    """On a CUDA device, make any call that waits for the device raise (no-op elsewhere)."""
+    if device.type != "cuda":
+        yield
+        return
+    torch.cuda.synchronize(device)
+    previous = torch.cuda.get_sync_debug_mode()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        yield
+    finally:
+        torch.cuda.set_sync_debug_mode(previous)
+
+
 def replay(
     cache_name: str,
     requests: Iterable[Request],
@@ -277,9 +293,15 @@ def replay(
     pool_size: int = 1 << 22,
     batch: int = 8,
     progress: Callable[[int], None] | None = None,
+    device: torch.device | str = "cpu",
 ) -> ReplayReport:
-    """Drive ``cache_name`` through ``requests``; see the module docstring."""
-    pool = ReplayPool(pool_size)
+    """Drive ``cache_name`` through ``requests``; see the module docstring.
+
+    With ``device`` a CUDA device the pool's indices live there, and the replay runs under
+    torch's sync debug mode set to "error": a cache call (or the driver) that waits for the
+    device raises instead of stalling. Times are then the host side of each call.
+    """
+    pool = ReplayPool(pool_size, device)
     cache = CACHES[cache_name](page_size, pool)
     report = ReplayReport(cache_name, 0, page_size, pool_size)
     seconds, tokens = report.seconds, report.tokens
@@ -321,33 +343,34 @@ def replay(
     gc.collect()
     gc.disable()
     try:
-        for request in requests:
-            full = request.full()
-            key = cache.prepare(full)
-            limit = len(request.prompt) - 1
-            t = clock()
-            matched, indices, node = cache.match(key, limit, request.extra_key)
-            seconds["match"] += clock() - t
-            t = clock()
-            token = cache.lock(node)
-            seconds["lock"] += clock() - t
-            tokens["match"] += limit
-            hit = report.hits.setdefault(request.kind, [0, 0])
-            hit[0] += matched
-            hit[1] += limit
-            need = len(full) - matched
-            make_room(need)
-            if need > pool.free_count and inflight:
-                finish()
+        with no_host_sync(pool.device):
+            for request in requests:
+                full = request.full()
+                key = cache.prepare(full)
+                limit = len(request.prompt) - 1
+                t = clock()
+                matched, indices, node = cache.match(key, limit, request.extra_key)
+                seconds["match"] += clock() - t
+                t = clock()
+                token = cache.lock(node)
+                seconds["lock"] += clock() - t
+                tokens["match"] += limit
+                hit = report.hits.setdefault(request.kind, [0, 0])
+                hit[0] += matched
+                hit[1] += limit
+                need = len(full) - matched
                 make_room(need)
-            kv = torch.cat((indices, pool.alloc(need)))
-            inflight.append((request, key, matched, kv, node, token))
-            if len(inflight) >= batch:
-                finish()
-        finish()
-        t = clock()
-        tokens["evict"] += cache.evict(cache.total_size())
-        seconds["evict"] += clock() - t
+                if need > pool.free_count and inflight:
+                    finish()
+                    make_room(need)
+                kv = torch.cat((indices, pool.alloc(need)))
+                inflight.append((request, key, matched, kv, node, token))
+                if len(inflight) >= batch:
+                    finish()
+            finish()
+            t = clock()
+            tokens["evict"] += cache.evict(cache.total_size())
+            seconds["evict"] += clock() - t
     finally:
         if enabled:
             gc.enable()
@@ -414,6 +437,9 @@ def add_parser(commands: Any) -> None:
         "--pool-size", type=int, default=None, help="KV pool tokens (default: 48 prompts)"
     )
     cmd.add_argument("--batch", type=int, default=8, help="requests in flight together")
+    cmd.add_argument(
+        "--device", default="cpu", help="where the KV indices live (cuda: no host sync allowed)"
+    )
     cmd.add_argument("--no-progress", action="store_true")
     cmd.add_argument(
         "--plot",
@@ -437,6 +463,7 @@ def command(args: argparse.Namespace) -> int:
         pool_size=pool,
         batch=args.batch,
         progress=bar,
+        device=args.device,
     )
     if bar is not None:
         print(file=sys.stderr)
