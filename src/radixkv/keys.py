@@ -93,8 +93,8 @@ def _signs_clear(data: bytes | memoryview, start: int) -> bool:
     """No packed id from item ``start`` on has its sign bit set."""
     if isinstance(data, bytes):
         return data[start + SIGN_BYTE :: PACKED].isascii()
-    # A view cannot be strided at C speed; copying it whole would cost a fresh allocation
-    # (page faults) for every long key.
+    # Bytes are needed to test at C speed; copying the view whole costs a large fresh
+    # allocation per call (about twice the time of these slices on 16k-token keys).
     for at in range(start, len(data), _CHUNK):
         if not data[at : at + _CHUNK].tobytes()[SIGN_BYTE::PACKED].isascii():
             return False
