@@ -24,7 +24,13 @@ from typing import cast
 
 import torch
 
-from radixkv.tokens import SIGN_BYTE, Tokens, common_prefix_len, int64_packer, validate_tokens
+from radixkv.tokens import (
+    Tokens,
+    common_prefix_len,
+    int64_packer,
+    signs_clear,
+    validate_tokens,
+)
 
 KeyData = bytes | Tokens  # what a node stores
 KeyView = bytes | memoryview | Tokens  # a key being looked up (a view of the caller's buffer)
@@ -92,11 +98,11 @@ _CHUNK = 1 << 15  # bytes of a view copied at a time: small copies reuse warm me
 def _signs_clear(data: bytes | memoryview, start: int) -> bool:
     """No packed id from item ``start`` on has its sign bit set."""
     if isinstance(data, bytes):
-        return data[start + SIGN_BYTE :: PACKED].isascii()
+        return signs_clear(data, start)
     # Bytes are needed to test at C speed; copying the view whole costs a large fresh
     # allocation per call (about twice the time of these slices on 16k-token keys).
     for at in range(start, len(data), _CHUNK):
-        if not data[at : at + _CHUNK].tobytes()[SIGN_BYTE::PACKED].isascii():
+        if not signs_clear(data[at : at + _CHUNK].tobytes()):
             return False
     return True
 

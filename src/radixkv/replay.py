@@ -504,10 +504,10 @@ def _plot(args: argparse.Namespace, cfg: WorkloadConfig, path: Path) -> None:
         speed.append((length, report.requests_per_s))
         print(f"  prompt {length:>6}: {report.requests_per_s:,.0f} req/s", file=sys.stderr)
     try:
-        import matplotlib  # type: ignore[import-not-found, unused-ignore]  # optional
+        import matplotlib  # type: ignore[import-not-found, unused-ignore]  # optional, no stubs
 
         matplotlib.use("Agg")
-        import matplotlib.pyplot as plt  # type: ignore[import-not-found, unused-ignore]  # optional
+        import matplotlib.pyplot as plt  # type: ignore[import-not-found, unused-ignore]  # ditto
     except ImportError:
         csv = path.with_suffix(".csv")
         lines = ["series,x,y"]

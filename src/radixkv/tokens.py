@@ -61,7 +61,12 @@ def _plain_ids(tokens: tuple[object, ...]) -> bool:
         packed = int64_packer(len(tokens)).pack(*tokens)
     except struct.error:
         return False
-    return packed[SIGN_BYTE::8].isascii()
+    return signs_clear(packed)
+
+
+def signs_clear(packed: bytes, start: int = 0) -> bool:
+    """No native int64 in ``packed`` from byte ``start`` on has its sign bit set."""
+    return packed[start + SIGN_BYTE :: 8].isascii()
 
 
 def _check_range(ids: Sequence[int]) -> None:
