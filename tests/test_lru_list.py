@@ -66,6 +66,27 @@ def test_non_members_are_refused(call: str) -> None:
     assert ids(lru) == [1]
 
 
+@pytest.mark.parametrize("mamba", [False, True])
+@pytest.mark.parametrize("call", ["remove", "touch_mru", "insert_after"])
+def test_a_member_of_another_list_of_the_same_mode_is_not_a_member(mamba: bool, call: str) -> None:
+    mine, other = LRUList(mamba), LRUList(mamba)
+    a, b = node(1), node(2)
+    mine.insert_mru(a)
+    mine.insert_mru(b)
+    other.insert_mru(node(3))
+    assert a in mine and a not in other
+    with pytest.raises(UsageError, match="not in the list"):
+        if call == "insert_after":
+            other.insert_after(a, node(4))
+        else:
+            getattr(other, call)(a)
+    assert ids(mine) == [2, 1] and len(mine) == 2
+    assert ids(other) == [3] and len(other) == 1
+    other.insert_mru(node(5))  # both lists still link correctly
+    mine.remove(a)
+    assert ids(mine) == [2] and ids(other) == [5, 3]
+
+
 def test_touch_node_and_parents_puts_the_child_first() -> None:
     lru = LRUList()
     root = node(0)

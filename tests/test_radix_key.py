@@ -81,3 +81,7 @@ def test_empty_string_and_none_are_distinct_namespaces() -> None:
     assert RadixKey([1]).extra_key is None
     assert RadixKey([1], "").extra_key is not None
     assert repr(RadixKey([1], "")) != repr(RadixKey([1]))
+
+
+def test_slots_are_the_seeds() -> None:
+    assert RadixKey.__slots__ == ("token_ids", "extra_key")

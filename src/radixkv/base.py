@@ -21,7 +21,7 @@ class RadixKey:
     tenants. The token list is held by reference, as given.
     """
 
-    __slots__ = ("extra_key", "token_ids")
+    __slots__ = ("token_ids", "extra_key")  # noqa: RUF023 (the seed's order)
 
     def __init__(self, token_ids: Sequence[Token], extra_key: str | None = None) -> None:
         if extra_key is not None and not isinstance(extra_key, str):

@@ -2,8 +2,9 @@
 
 The links live on the nodes (``prev``/``next``, or ``mamba_prev``/``mamba_next`` for the
 mamba list), so insert, remove and touch are O(1) and need no dict. A node is a member
-exactly when its links are set; misuse (a second insert, removing or touching a non-member)
-is a ``UsageError`` raised before any link changes, never a corrupted list.
+exactly when it names the list as its own (``lru_list`` / ``mamba_lru_list``), so one list
+never takes another's member for its own. Misuse (a second insert, removing or touching a
+non-member) is a ``UsageError`` raised before any link changes, never a corrupted list.
 """
 
 from __future__ import annotations
@@ -25,7 +26,8 @@ class LRUList:
 
     def __init__(self, mamba: bool = False) -> None:
         self.mamba = mamba
-        self._prev, self._next = ("mamba_prev", "mamba_next") if mamba else ("prev", "next")
+        links = ("mamba_prev", "mamba_next", "mamba_lru_list")
+        self._prev, self._next, self._owner = links if mamba else ("prev", "next", "lru_list")
         self.head = MambaTreeNode(-1, RadixKey(()), None, None, 0)
         self.tail = MambaTreeNode(-2, RadixKey(()), None, None, 0)
         self._link(self.head, self.tail)
@@ -62,7 +64,7 @@ class LRUList:
         return self._size
 
     def __contains__(self, node: object) -> bool:
-        return isinstance(node, MambaTreeNode) and self._before(node) is not None
+        return isinstance(node, MambaTreeNode) and getattr(node, self._owner) is self
 
     def __iter__(self) -> Iterator[MambaTreeNode]:
         """Members from the most to the least recently used."""
@@ -70,6 +72,10 @@ class LRUList:
         while node is not None and node is not self.tail:
             yield node
             node = self._after(node)
+
+    def _adopt(self, node: MambaTreeNode) -> None:
+        setattr(node, self._owner, self)
+        self._size += 1
 
     def _require_member(self, node: MambaTreeNode, what: str) -> None:
         if node not in self:
@@ -85,7 +91,7 @@ class LRUList:
         """Insert *node* at the MRU (head) position; a member cannot be inserted again."""
         self._require_new(node)
         self._splice_after(self.head, node)
-        self._size += 1
+        self._adopt(node)
 
     def insert_after(self, anchor: MambaTreeNode, node: MambaTreeNode) -> None:
         """Insert *node* just behind *anchor*: less recent than it, more than the rest.
@@ -95,12 +101,13 @@ class LRUList:
         self._require_member(anchor, "insert_after")
         self._require_new(node)
         self._splice_after(anchor, node)
-        self._size += 1
+        self._adopt(node)
 
     def remove(self, node: MambaTreeNode) -> None:
         """Remove *node* from the list."""
         self._require_member(node, "remove")
         self._unlink(node)
+        setattr(node, self._owner, None)
         self._size -= 1
 
     def touch_mru(self, node: MambaTreeNode) -> None:

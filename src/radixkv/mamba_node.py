@@ -22,10 +22,21 @@ class MambaTreeNode(TreeNode):
     state, which needs no slot. ``full_lock_ref`` is the core ``lock_ref`` (handles at this
     node or below); ``mamba_lock_ref`` counts the handles held at exactly this node, each of
     which protects its state. ``prev``/``next`` link the full LRU list and
-    ``mamba_prev``/``mamba_next`` the mamba one; ``None`` means "not a member".
+    ``mamba_prev``/``mamba_next`` the mamba one; ``lru_list`` and ``mamba_lru_list`` name the
+    list the node belongs to (``None``: not a member), so no list mistakes another's member
+    for its own.
     """
 
-    __slots__ = ("mamba_lock_ref", "mamba_next", "mamba_prev", "mamba_value", "next", "prev")
+    __slots__ = (
+        "lru_list",
+        "mamba_lock_ref",
+        "mamba_lru_list",
+        "mamba_next",
+        "mamba_prev",
+        "mamba_value",
+        "next",
+        "prev",
+    )
 
     def __init__(
         self,
@@ -43,6 +54,8 @@ class MambaTreeNode(TreeNode):
         self.next: MambaTreeNode | None = None
         self.mamba_prev: MambaTreeNode | None = None
         self.mamba_next: MambaTreeNode | None = None
+        self.lru_list: object = None
+        self.mamba_lru_list: object = None
 
     @property
     def full_lock_ref(self) -> int:
