@@ -26,7 +26,14 @@ from radixkv.arguments import (
     state_slot,
     tree_key,
 )
-from radixkv.base import BasePrefixCache, EvictResult, InsertResult, MatchResult, RadixKey
+from radixkv.base import (
+    BasePrefixCache,
+    EvictResult,
+    InsertResult,
+    MatchResult,
+    RadixKey,
+    empty_indices,
+)
 from radixkv.errors import LockError, StaleNodeError, TokenTypeError, UsageError
 from radixkv.invariants import check_tree
 from radixkv.keys import KeyData, release, token_count
@@ -89,7 +96,7 @@ class MambaRadixCache(BasePrefixCache):
         self._start_empty()
 
     def _start_empty(self) -> None:
-        self.root = MambaTreeNode(next(self._node_ids), b"", self._no_kv(), None, 0)
+        self.root = MambaTreeNode(next(self._node_ids), b"", empty_indices(self.device), None, 0)
         self.root.lock_ref = 1
         self.root.mamba_value = torch.empty(0, dtype=torch.int64)  # the initial state
         self.full_lru = LRUList(mamba=False)
@@ -97,9 +104,6 @@ class MambaRadixCache(BasePrefixCache):
         self._slots: dict[int, MambaTreeNode] = {}  # every state slot the tree owns
         self._evictable_size = self._protected_size = 0
         self._mamba_evictable_size = self._mamba_protected_size = 0
-
-    def _no_kv(self) -> torch.Tensor:
-        return torch.empty(0, dtype=torch.int64, device=self.device)
 
     @property
     def pool(self) -> Any:
@@ -178,7 +182,7 @@ class MambaRadixCache(BasePrefixCache):
             node.hit_count += 1
         values = [n.value for n in path if n.value is not None]
         return MambaMatchResult(
-            indices=torch.cat(values) if values else self._no_kv(),
+            indices=torch.cat(values) if values else empty_indices(self.device),
             last_node=last,
             prefix_len=prefix_len,
             mamba_branching_seqlen=kv_len if kv_len > prefix_len else None,

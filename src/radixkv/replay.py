@@ -507,7 +507,7 @@ def _plot(args: argparse.Namespace, cfg: WorkloadConfig, path: Path) -> None:
         import matplotlib  # type: ignore[import-not-found, unused-ignore]  # optional, no stubs
 
         matplotlib.use("Agg")
-        import matplotlib.pyplot as plt  # type: ignore[import-not-found, unused-ignore]  # ditto
+        import matplotlib.pyplot as plt  # type: ignore[import-not-found, unused-ignore]  # optional, no stubs
     except ImportError:
         csv = path.with_suffix(".csv")
         lines = ["series,x,y"]
