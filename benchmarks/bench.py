@@ -76,7 +76,7 @@ def configs(quick: bool) -> list[Config]:
 @contextlib.contextmanager
 def sglang_split_recency_as_radixkv() -> Iterator[None]:
     """sglang, except that a split's lower part keeps its recency (radixkv's rule)."""
-    import stateful.adapters.sglang as adapter
+    import radixkv_conformance.adapters.sglang as adapter
 
     tree_node, cache = adapter.radix_cache.TreeNode, adapter.radix_cache.RadixCache
     original_split = cache._split_node

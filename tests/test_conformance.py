@@ -8,18 +8,17 @@ from pathlib import Path
 
 import pytest
 from hypothesis import Phase, settings
-
-from radixkv.cli import main
-from stateful import (
+from radixkv_conformance import (
     CHUNK_CACHE,
     MAX_RADIX_TRIE,
     ConformanceError,
     RadixCacheAdapter,
     run_conformance,
 )
-from stateful.adapters import broken, chunk, max_trie
-from stateful.semantics import RADIXKV, Semantics
-from stateful.trace import replay
+from radixkv_conformance.adapters import broken, chunk, max_trie
+from radixkv_conformance.cli import main
+from radixkv_conformance.semantics import RADIXKV, Semantics
+from radixkv_conformance.trace import replay
 
 QUICK = settings(
     max_examples=25, stateful_step_count=20, deadline=None, database=None, derandomize=True
@@ -66,7 +65,7 @@ def test_cli_check_fails_and_writes_a_replayable_trace(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """ChunkCache claimed as an exact RadixCache: the CLI fails and keeps the trace."""
-    traces, target = tmp_path / "traces", "stateful.adapters.chunk:factory"
+    traces, target = tmp_path / "traces", "radixkv_conformance.adapters.chunk:factory"
     args = ["check", target, "--profile", "radixkv", "--hypothesis-profile", "ci"]
     code = main([*args, "--traces", str(traces)])
     out = capsys.readouterr().out
@@ -79,9 +78,11 @@ def test_cli_check_fails_and_writes_a_replayable_trace(
 def test_cli_replays_a_vector_against_radixkv() -> None:
     vector = Path(__file__).parent / "vectors" / "broken_forgets_free.json"
     assert main(["check", "--replay", str(vector)]) == 0
-    assert main(["check", "--replay", str(vector), "stateful.adapters.broken:factory"]) == 1
+    assert (
+        main(["check", "--replay", str(vector), "radixkv_conformance.adapters.broken:factory"]) == 1
+    )
 
 
 def test_cli_rejects_an_unknown_profile() -> None:
     with pytest.raises(SystemExit):
-        main(["check", "stateful.adapters.chunk:factory", "--profile", "nonsense"])
+        main(["check", "radixkv_conformance.adapters.chunk:factory", "--profile", "nonsense"])

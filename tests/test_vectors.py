@@ -11,8 +11,7 @@ import importlib
 from pathlib import Path
 
 import pytest
-
-from stateful.trace import load, replay
+from radixkv_conformance.trace import load, replay
 
 VECTORS = sorted((Path(__file__).parent / "vectors").glob("*.json"))
 CASES = [

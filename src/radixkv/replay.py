@@ -161,7 +161,9 @@ class SglangReplay:
     name = "sglang"
 
     def __init__(self, page_size: int, pool: ReplayPool) -> None:
-        mod = importlib.import_module("stateful.adapters.sglang")  # imports the bare tree
+        mod = importlib.import_module(
+            "radixkv_conformance.adapters.sglang"
+        )  # imports the bare tree
         self._rc, self._base = mod.radix_cache, mod.base
         self.cache = self._rc.RadixCache.create_simulated(mock_allocator=pool, page_size=page_size)
 

@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from stateful.mamba_machine import RadixKVMambaAdapter, mamba_machine_for
+from radixkv_conformance.mamba_machine import RadixKVMambaAdapter, mamba_machine_for
 
 TestMambaRadixCache = mamba_machine_for("MambaRadixCacheMachine", RadixKVMambaAdapter).TestCase

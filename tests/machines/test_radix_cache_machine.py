@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-
-from stateful.adapter import FreeSink, RadixCacheAdapter
-from stateful.machines import machine_for
+from radixkv_conformance.adapter import FreeSink, RadixCacheAdapter
+from radixkv_conformance.machines import machine_for
 
 TestRadixCache = machine_for("RadixCacheMachine", RadixCacheAdapter).TestCase
 

@@ -5,8 +5,7 @@ import struct
 from pathlib import Path
 
 import pytest
-
-from spec.hashing import (
+from radixkv_spec.hashing import (
     encode_page,
     hash_bytes,
     hash_to_int64,

@@ -4,10 +4,9 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import pytest
-
-from spec.invariants import INVARIANTS, SpecUsageError, SpecViolation
-from spec.model import PrefixCacheModel
-from spec.tokens import Token
+from radixkv_spec.invariants import INVARIANTS, SpecUsageError, SpecViolation
+from radixkv_spec.model import PrefixCacheModel
+from radixkv_spec.tokens import Token
 
 
 def cache(page_size: int, *inserts: tuple[Sequence[Token], Sequence[int]]) -> PrefixCacheModel:

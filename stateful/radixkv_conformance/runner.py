@@ -41,8 +41,8 @@ def run_machine(
 
 def capability_machines() -> list[tuple[str, type[RuleBasedStateMachine], Counter[str]]]:
     """radixkv's SWA and Mamba machines and their counters, as ``radixkv check`` runs them."""
-    from stateful.mamba_machine import RadixKVMambaAdapter, mamba_machine_for
-    from stateful.swa_machine import swa_machine
+    from radixkv_conformance.mamba_machine import RadixKVMambaAdapter, mamba_machine_for
+    from radixkv_conformance.swa_machine import swa_machine
 
     swa = swa_machine("SlidingWindowCheck")
     mamba = mamba_machine_for("MambaRadixCacheCheck", RadixKVMambaAdapter)

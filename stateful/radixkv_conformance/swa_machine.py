@@ -1,4 +1,4 @@
-"""The SWA machine: RadixCache with a sliding window against ``spec.swa``.
+"""The SWA machine: RadixCache with a sliding window against ``radixkv_spec.swa``.
 
 The machine plays the serving engine: it allocates indices (full and SWA KV both held), frees
 the SWA KV of a request's old tokens itself before inserting (``swa_evicted_seqlen``), hands
@@ -26,11 +26,11 @@ from hypothesis.stateful import (
     precondition,
     rule,
 )
+from radixkv_spec.swa import FreeEvent, Position, SlidingWindowModel
+from radixkv_spec.tokens import page_align
 
 import radixkv
 from radixkv.tree import TreeNode, iter_subtree
-from spec.swa import FreeEvent, Position, SlidingWindowModel
-from spec.tokens import page_align
 
 Namespace = str | None
 EventSink = Callable[[str, tuple[int, ...]], None]
@@ -150,7 +150,7 @@ class Held:
 
 
 class SlidingWindowMachine(RuleBasedStateMachine):
-    """RadixCache(sliding_window_size=W) against ``spec.swa.SlidingWindowModel``."""
+    """RadixCache(sliding_window_size=W) against ``radixkv_spec.swa.SlidingWindowModel``."""
 
     windows: ClassVar[tuple[int, ...]] = (1, 2, 4, 8)
     page_sizes: ClassVar[tuple[int, ...]] = (1, 4)

@@ -1,6 +1,6 @@
 """The meaning of MambaRadixCache, as a model shaped unlike a tree.
 
-The KV part is the page map of ``spec.model``: page positions ``(ns, path)`` to the KV
+The KV part is the page map of ``radixkv_spec.model``: page positions ``(ns, path)`` to the KV
 indices of that page, prefix-closed. The mamba part is a map ``states`` from positions to
 state slots: the recurrent state after the position's last token. A radix tree can only
 hold a state at a node end, so states sit where the implementation's nodes end; the model
@@ -25,9 +25,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal, TypeAlias
 
-from spec.invariants import SpecViolation, holds, require
-from spec.model import cached_len, child_paths, page_prefixes, path_indices, validate_index
-from spec.tokens import Namespace, Token, aligned, extends, validate_namespace, validate_tokens
+from radixkv_spec.invariants import SpecViolation, holds, require
+from radixkv_spec.model import cached_len, child_paths, page_prefixes, path_indices, validate_index
+from radixkv_spec.tokens import (
+    Namespace,
+    Token,
+    aligned,
+    extends,
+    validate_namespace,
+    validate_tokens,
+)
 
 PagePath: TypeAlias = tuple[Token, ...]
 Position: TypeAlias = tuple[Namespace, PagePath]

@@ -31,8 +31,8 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import TypeAlias
 
-from spec.invariants import SpecViolation, holds, require
-from spec.tokens import (
+from radixkv_spec.invariants import SpecViolation, holds, require
+from radixkv_spec.tokens import (
     MAX_TOKEN_ID,
     Namespace,
     Token,

@@ -21,7 +21,7 @@ import hashlib
 from collections.abc import Iterator, Sequence
 from typing import Final
 
-from spec.tokens import Namespace, Token, validate_tokens
+from radixkv_spec.tokens import Namespace, Token, validate_tokens
 
 # Below this bound every id fits the 4-byte plain form.
 PLAIN_FORM_LIMIT: Final = 2**32

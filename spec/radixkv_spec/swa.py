@@ -1,6 +1,6 @@
 """The meaning of RadixCache with a sliding window of W tokens, page by page.
 
-Like ``spec.model`` it holds no tree: a map from page positions ``(ns, path)`` to KV
+Like ``radixkv_spec.model`` it holds no tree: a map from page positions ``(ns, path)`` to KV
 indices, a set of *tombstoned* positions (full KV kept, sliding-window KV freed), lock
 handles and recency. An eviction is not predicted but checked: the implementation reports
 what it freed (``free``: a whole node; ``free_swa``: a node tombstoned) and the model
@@ -13,8 +13,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TypeAlias
 
-from spec.invariants import holds, require
-from spec.tokens import Namespace, Token, aligned, extends
+from radixkv_spec.invariants import holds, require
+from radixkv_spec.tokens import Namespace, Token, aligned, extends
 
 PagePath: TypeAlias = tuple[Token, ...]
 Position: TypeAlias = tuple[Namespace, PagePath]

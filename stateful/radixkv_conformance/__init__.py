@@ -1,20 +1,25 @@
 """The conformance kit: Hypothesis state machines that drive a prefix cache and the spec.
 
 Any implementation runs it through an adapter of plain values (``PrefixCacheAdapter``) and a
-semantic profile (``stateful.semantics``) naming what it may do differently::
+semantic profile (``radixkv_conformance.semantics``) naming what it may do differently::
 
     report = run_conformance(my_factory, profile=SGLANG)
     report.raise_for_failures()
 
 ``machine_for("MyCacheMachine", factory, semantics).TestCase`` is the same machine as a
 pytest/unittest test case. Failures are shrunk and kept as replayable JSON traces
-(``stateful.trace``, FORMAT.md).
+(``radixkv_conformance.trace``, FORMAT.md).
 """
 
-from stateful.adapter import PrefixCacheAdapter, RadixCacheAdapter, Sizes
-from stateful.conformance import ConformanceError, ConformanceReport, Failure, run_conformance
-from stateful.machines import RadixCacheMachine, machine_for
-from stateful.semantics import (
+from radixkv_conformance.adapter import PrefixCacheAdapter, RadixCacheAdapter, Sizes
+from radixkv_conformance.conformance import (
+    ConformanceError,
+    ConformanceReport,
+    Failure,
+    run_conformance,
+)
+from radixkv_conformance.machines import RadixCacheMachine, machine_for
+from radixkv_conformance.semantics import (
     CHUNK_CACHE,
     MAX_RADIX_TRIE,
     RADIXKV,

@@ -11,7 +11,7 @@ The machine consults a ``Semantics`` profile wherever engines may legitimately d
 frees duplicates, eviction granularity, lock model, victim order) and skips the rules of
 capabilities an implementation lacks. Each rule is a thin Hypothesis layer over a ``do_*``
 method of plain values, and every ``do_*`` call is logged as one step of a trace: the trace
-of the final (shrunk) failing run is what ``stateful.trace`` writes and replays.
+of the final (shrunk) failing run is what ``radixkv_conformance.trace`` writes and replays.
 """
 
 from __future__ import annotations
@@ -32,12 +32,12 @@ from hypothesis.stateful import (
     precondition,
     rule,
 )
+from radixkv_spec.hashing import page_hashes as spec_page_hashes
+from radixkv_spec.model import PrefixCacheModel, cached_len
+from radixkv_spec.tokens import page_align
 
-from spec.hashing import page_hashes as spec_page_hashes
-from spec.model import PrefixCacheModel, cached_len
-from spec.tokens import page_align
-from stateful.adapter import AdapterFactory, Namespace, PrefixCacheAdapter
-from stateful.semantics import RADIXKV, Semantics
+from radixkv_conformance.adapter import AdapterFactory, Namespace, PrefixCacheAdapter
+from radixkv_conformance.semantics import RADIXKV, Semantics
 
 Step = dict[str, Any]
 
@@ -77,7 +77,7 @@ class LockRef:
 
 
 class RadixCacheMachine(RuleBasedStateMachine):
-    """Drives ``factory(page_size, free_sink)`` and ``spec.model.PrefixCacheModel``.
+    """Drives ``factory(page_size, free_sink)`` and ``radixkv_spec.model.PrefixCacheModel``.
 
     Class attributes (set by ``machine_for``): ``factory``, ``semantics``, ``disabled``
     (check ids switched off, e.g. after they already failed once), ``stats`` (a Counter

@@ -4,7 +4,7 @@ Never imports torch or radixkv: the model must stay independent of the implement
 judges. See SPEC.md for the prose.
 """
 
-from spec.hashing import (
+from radixkv_spec.hashing import (
     encode_page,
     hash_bytes,
     hash_to_int64,
@@ -12,9 +12,9 @@ from spec.hashing import (
     namespace_seed,
     page_hashes,
 )
-from spec.invariants import INVARIANTS, SpecUsageError, SpecViolation
-from spec.model import PagePath, Position, PrefixCacheModel
-from spec.tokens import (
+from radixkv_spec.invariants import INVARIANTS, SpecUsageError, SpecViolation
+from radixkv_spec.model import PagePath, Position, PrefixCacheModel
+from radixkv_spec.tokens import (
     MAX_TOKEN_ID,
     Namespace,
     Token,

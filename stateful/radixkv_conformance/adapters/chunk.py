@@ -8,8 +8,8 @@ from typing import Any
 import torch
 
 import radixkv
-from stateful.adapter import FreeSink, Sizes, Slot
-from stateful.semantics import CHUNK_CACHE
+from radixkv_conformance.adapter import FreeSink, Sizes, Slot
+from radixkv_conformance.semantics import CHUNK_CACHE
 
 SEMANTICS = CHUNK_CACHE
 

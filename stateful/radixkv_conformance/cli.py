@@ -25,9 +25,9 @@ from typing import Any
 
 SETTINGS_PROFILES = ("ci", "dev", "thorough")
 OWN = (  # what ``radixkv check`` with no argument checks
-    ("RadixCache", "stateful.adapter:RadixCacheAdapter", "radixkv"),
-    ("ChunkCache", "stateful.adapters.chunk:factory", "chunk"),
-    ("RadixTrie", "stateful.adapters.max_trie:factory", "max"),
+    ("RadixCache", "radixkv_conformance.adapter:RadixCacheAdapter", "radixkv"),
+    ("ChunkCache", "radixkv_conformance.adapters.chunk:factory", "chunk"),
+    ("RadixTrie", "radixkv_conformance.adapters.max_trie:factory", "max"),
 )
 
 
@@ -61,7 +61,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if settings_profile is not None:
         os.environ["HYPOTHESIS_PROFILE"] = settings_profile
     os.environ.setdefault("HYPOTHESIS_PROFILE", "ci")
-    from stateful.semantics import SEMANTICS
+    from radixkv_conformance.semantics import SEMANTICS
 
     if semantics_name is not None and semantics_name not in SEMANTICS:
         parser.error(f"unknown --profile {semantics_name!r}; known: {sorted(SEMANTICS)}")
@@ -83,7 +83,7 @@ def _load(target: str) -> tuple[Any, Any]:
 
 
 def _semantics(name: str | None, declared: Any) -> Any:
-    from stateful.semantics import RADIXKV, SEMANTICS
+    from radixkv_conformance.semantics import RADIXKV, SEMANTICS
 
     if name is not None:
         return SEMANTICS[name]
@@ -91,9 +91,9 @@ def _semantics(name: str | None, declared: Any) -> Any:
 
 
 def _check(targets: list[tuple[str, str, str | None]], traces: Path, max_failures: int) -> int:
-    from stateful import profiles
-    from stateful.conformance import run_conformance
-    from stateful.trace import write
+    from radixkv_conformance import profiles
+    from radixkv_conformance.conformance import run_conformance
+    from radixkv_conformance.trace import write
 
     settings_name = profiles.load_profile()
     print(f"radixkv check: Hypothesis settings profile {settings_name!r}")
@@ -124,7 +124,7 @@ def _check(targets: list[tuple[str, str, str | None]], traces: Path, max_failure
 
 def _check_capabilities() -> list[str]:
     """radixkv's SWA and Mamba machines; returns the names of those that failed."""
-    from stateful.runner import capability_machines, render, run_machine
+    from radixkv_conformance.runner import capability_machines, render, run_machine
 
     failed = []
     for label, machine, stats in capability_machines():
@@ -150,11 +150,11 @@ def _progress_line(label: str) -> Any:
 
 
 def _replay(path: Path, target: str | None, semantics_name: str | None) -> int:
-    from stateful.trace import load, replay
+    from radixkv_conformance.trace import load, replay
 
     document = load(path)
     if target is None:
-        target = "stateful.adapter:RadixCacheAdapter"
+        target = "radixkv_conformance.adapter:RadixCacheAdapter"
         semantics_name = semantics_name or "radixkv"
     factory, declared = _load(target)
     semantics = _semantics(semantics_name or document["semantics"], None)

@@ -15,8 +15,8 @@ from typing import Any
 import radixkv
 from radixkv.radix_trie import TrieNode
 from radixkv.tokens import validate_tokens
-from stateful.adapter import FreeSink, Sizes, Slot
-from stateful.semantics import MAX_RADIX_TRIE
+from radixkv_conformance.adapter import FreeSink, Sizes, Slot
+from radixkv_conformance.semantics import MAX_RADIX_TRIE
 
 SEMANTICS = MAX_RADIX_TRIE
 

@@ -6,7 +6,7 @@ prefixes to KV indices) and differ in observable details (research: features.md 
 insisting on one exact oracle. Capabilities an implementation lacks switch rules off; the
 report lists every such skip with its reason.
 
-Not to be confused with the *Hypothesis* settings profiles in ``stateful.profiles``
+Not to be confused with the *Hypothesis* settings profiles in ``radixkv_conformance.profiles``
 (``ci`` / ``dev`` / ``thorough``), which say how long to search.
 """
 

@@ -4,15 +4,15 @@ Like Hypothesis' ``run_conformance_test`` and zarr's testing package, the system
 is an argument: a factory ``(page_size, free_sink) -> PrefixCacheAdapter`` and the semantic
 profile it claims. From pytest::
 
-    from stateful import run_conformance
-    from stateful.semantics import SGLANG
+    from radixkv_conformance import run_conformance
+    from radixkv_conformance.semantics import SGLANG
 
     def test_conformance() -> None:
         run_conformance(my_factory, profile=SGLANG).raise_for_failures()
 
 A failure is shrunk by Hypothesis, then its check is switched off and the search goes on, so
 one report lists every distinct finding (up to ``max_failures``), each with its minimal
-trace (``stateful.trace``, FORMAT.md).
+trace (``radixkv_conformance.trace``, FORMAT.md).
 """
 
 from __future__ import annotations
@@ -27,10 +27,10 @@ from hypothesis import settings as Settings
 from hypothesis.reporting import with_reporter
 from hypothesis.stateful import run_state_machine_as_test
 
-from stateful.adapter import AdapterFactory
-from stateful.machines import BAD_CALLS, RadixCacheMachine, machine_for
-from stateful.semantics import CAPABILITIES, RADIXKV, Semantics
-from stateful.trace import invariant_id, trace_document
+from radixkv_conformance.adapter import AdapterFactory
+from radixkv_conformance.machines import BAD_CALLS, RadixCacheMachine, machine_for
+from radixkv_conformance.semantics import CAPABILITIES, RADIXKV, Semantics
+from radixkv_conformance.trace import invariant_id, trace_document
 
 # Rule-level checks a re-run may switch off after they failed once.
 RULE_CHECKS = frozenset(
@@ -131,7 +131,7 @@ def run_conformance(
     """Model-check the cache ``factory`` builds against the spec, under semantic ``profile``.
 
     ``settings`` are Hypothesis settings (default: the loaded settings profile, see
-    ``stateful.profiles``). Never raises for a finding: call ``raise_for_failures()`` on
+    ``radixkv_conformance.profiles``). Never raises for a finding: call ``raise_for_failures()`` on
     the report. ``progress`` is called with the running counts at the start of every run.
     """
     name = name or getattr(factory, "__qualname__", None) or "cache"

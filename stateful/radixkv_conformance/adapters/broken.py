@@ -7,8 +7,8 @@ stateful.adapters.broken:factory`` must fail with a short, readable trace.
 
 from __future__ import annotations
 
-from stateful.adapter import FreeSink, RadixCacheAdapter
-from stateful.semantics import RADIXKV
+from radixkv_conformance.adapter import FreeSink, RadixCacheAdapter
+from radixkv_conformance.semantics import RADIXKV
 
 SEMANTICS = RADIXKV
 

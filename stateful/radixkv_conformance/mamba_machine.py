@@ -1,4 +1,4 @@
-"""The Mamba machine: MambaRadixCache and ``spec.mamba.MambaCacheModel``, side by side.
+"""The Mamba machine: MambaRadixCache and ``radixkv_spec.mamba.MambaCacheModel``, side by side.
 
 The machine plays the serving engine: it hands out KV indices and state slots, frees its
 duplicates after an insert (and its slot when ``mamba_exist``), frees the copy-on-write
@@ -27,12 +27,12 @@ from hypothesis.stateful import (
     precondition,
     rule,
 )
+from radixkv_spec.mamba import Event, MambaCacheModel
+from radixkv_spec.tokens import page_align
 
 import radixkv
 from radixkv.mamba_node import MambaTreeNode
-from spec.mamba import Event, MambaCacheModel
-from spec.tokens import page_align
-from stateful.adapter import Namespace
+from radixkv_conformance.adapter import Namespace
 
 NAMESPACES = st.sampled_from([None, "a"])
 TOKEN_ALPHABET = st.integers(0, 3)
@@ -252,7 +252,7 @@ class LockRef:
 
 
 class MambaCacheMachine(RuleBasedStateMachine):
-    """Drives ``factory(page_size, engine)`` and ``spec.mamba.MambaCacheModel``."""
+    """Drives ``factory(page_size, engine)`` and ``radixkv_spec.mamba.MambaCacheModel``."""
 
     factory: ClassVar[MambaAdapterFactory]
     page_sizes: ClassVar[Sequence[int]] = (1, 2, 4)

@@ -23,8 +23,8 @@ from typing import Any
 
 import torch
 
-from stateful.adapter import FreeSink, Sizes, Slot
-from stateful.semantics import SGLANG
+from radixkv_conformance.adapter import FreeSink, Sizes, Slot
+from radixkv_conformance.semantics import SGLANG
 
 SEMANTICS = SGLANG
 

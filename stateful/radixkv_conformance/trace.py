@@ -14,9 +14,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from stateful.adapter import AdapterFactory
-from stateful.machines import INVARIANTS, LockRef, NodeRef, RadixCacheMachine, Step, machine_for
-from stateful.semantics import SEMANTICS, Semantics
+from radixkv_conformance.adapter import AdapterFactory
+from radixkv_conformance.machines import (
+    INVARIANTS,
+    LockRef,
+    NodeRef,
+    RadixCacheMachine,
+    Step,
+    machine_for,
+)
+from radixkv_conformance.semantics import SEMANTICS, Semantics
 
 FORMAT = "radixkv-trace/1"
 
