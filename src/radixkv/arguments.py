@@ -6,12 +6,12 @@ was wrong, so a cache can check everything before it changes anything.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple, cast
 
 import torch
 
 from radixkv.base import RadixKey
-from radixkv.errors import TokenTypeError, UsageError
+from radixkv.errors import LockError, TokenTypeError, UsageError
 from radixkv.keys import (
     KeyData,
     KeyView,
@@ -29,6 +29,49 @@ from radixkv.tree import Descent, TreeNode, descend, recode_tree
 def reject_unknown(kwargs: dict[str, Any]) -> None:
     if kwargs:
         raise UsageError(f"unexpected keyword arguments: {sorted(kwargs)}")
+
+
+class InsertKeywords(NamedTuple):
+    """The keywords every cache's ``insert`` takes (one calling convention, SPEC.md).
+
+    ``prev_prefix_len`` and ``swa_evicted_seqlen`` matter only with a sliding window;
+    ``mamba_slot`` (the ``mamba_value`` keyword) only to MambaRadixCache. A cache for
+    which a keyword has no meaning still checks it, so a caller bug never hides.
+    """
+
+    prev_prefix_len: int
+    swa_evicted_seqlen: int
+    mamba_slot: int | None
+
+
+def insert_keywords(kwargs: dict[str, Any]) -> InsertKeywords:
+    """The family's insert keywords out of ``kwargs``, checked; any other is a usage error."""
+    options = dict(kwargs)
+    prev = options.pop("prev_prefix_len", 0)
+    evicted = options.pop("swa_evicted_seqlen", 0)
+    slot = options.pop("mamba_value", None)
+    reject_unknown(options)
+    return InsertKeywords(
+        require_int("prev_prefix_len", prev, 0),
+        require_int("swa_evicted_seqlen", evicted, 0),
+        state_slot(slot),
+    )
+
+
+def unlock_boundary(kwargs: dict[str, Any]) -> int | None:
+    """The ``swa_boundary_id`` keyword of ``dec_lock_ref`` (default None); any other keyword
+    is a usage error."""
+    options = dict(kwargs)
+    boundary = options.pop("swa_boundary_id", None)
+    reject_unknown(options)
+    return cast("int | None", boundary)
+
+
+def require_no_boundary(swa_boundary_id: object) -> None:
+    """A cache without a sliding window returns ``None`` from ``inc_lock_ref``, so that is
+    the only ``swa_boundary_id`` its ``dec_lock_ref`` can be given back."""
+    if swa_boundary_id is not None:
+        raise LockError("swa_boundary_id given, but this cache has no sliding window")
 
 
 def tree_key(root: TreeNode, key: object, page_size: int) -> tuple[KeyView, str | None]:

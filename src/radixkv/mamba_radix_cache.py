@@ -22,9 +22,10 @@ from radixkv.arguments import (
     aligned_value,
     checked_descent,
     descent_and_new_part,
-    reject_unknown,
-    state_slot,
+    insert_keywords,
+    require_no_boundary,
     tree_key,
+    unlock_boundary,
 )
 from radixkv.base import (
     BasePrefixCache,
@@ -221,16 +222,16 @@ class MambaRadixCache(BasePrefixCache):
         the caller frees its duplicates ``[cache_protected_len, prefix_len)``. The node
         ending at the key adopts the slot unless it already has a state: then
         ``mamba_exist`` is True and the slot stays the caller's to free. New tokens need a
-        slot (a leaf without state could never be matched).
+        slot (a leaf without state could never be matched). ``prev_prefix_len`` and
+        ``swa_evicted_seqlen`` are checked and mean nothing here: there is no sliding window.
         """
-        reject_unknown(kwargs)
+        slot = insert_keywords({**kwargs, "mamba_value": mamba_value}).mamba_slot
         data, extra_key = tree_key(self.root, key, self.page_size)
         try:
             value = aligned_value(data, value, self.device)
             walk, new = descent_and_new_part(self.root, data, extra_key, self.page_size, key)
         finally:
             release(data)
-        slot = state_slot(mamba_value)
         self._check_insert(new, slot)
         node = self._mamba(walk.path[-1]) if walk.path else self.root
         matched = walk.matched
@@ -402,13 +403,18 @@ class MambaRadixCache(BasePrefixCache):
         return None
 
     def dec_lock_ref(self, node: Any, **kwargs: Any) -> None:
-        """Undo one ``inc_lock_ref(node)``; an unlock that no lock matches is a LockError."""
-        reject_unknown(kwargs)
+        """Undo one ``inc_lock_ref(node)``; an unlock that no lock matches is a LockError.
+
+        ``swa_boundary_id=`` may be given, as to every cache, and must be what
+        ``inc_lock_ref`` returned: ``None``.
+        """
+        boundary = unlock_boundary(kwargs)
         if node is None or node is self.root:
             return
         node = self._require_live(node)
         if node.held_locks == 0:
             raise LockError(f"dec_lock_ref on a node that holds no lock: {node!r}")
+        require_no_boundary(boundary)
         node.held_locks -= 1
         node.mamba_lock_ref -= 1
         if node.mamba_lock_ref == 0:

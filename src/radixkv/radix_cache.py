@@ -18,6 +18,7 @@ from radixkv.arguments import (
     aligned_value,
     checked_descent,
     descent_and_new_part,
+    insert_keywords,
     reject_unknown,
     tree_key,
 )
@@ -207,11 +208,12 @@ class RadixCache(BasePrefixCache):
         (``prefix_len``) and the node ending at the aligned key. The cache frees nothing:
         the caller frees its own duplicates in ``[cache_protected_len, prefix_len)``.
         ``value=None`` uses the token ids as indices (a test convenience).
-        ``prev_prefix_len`` and ``swa_evicted_seqlen`` only matter with a sliding window.
+        ``prev_prefix_len`` and ``swa_evicted_seqlen`` only matter with a sliding window;
+        ``mamba_value`` (the family's state slot keyword) is checked and stays the caller's.
         """
-        reject_unknown(kwargs)
-        require_int("prev_prefix_len", prev_prefix_len, 0)
-        require_int("swa_evicted_seqlen", swa_evicted_seqlen, 0)
+        insert_keywords(
+            {"prev_prefix_len": prev_prefix_len, "swa_evicted_seqlen": swa_evicted_seqlen, **kwargs}
+        )
         self._attention.check_insert(prev_prefix_len, swa_evicted_seqlen)
         data, extra_key = tree_key(self.root, key, self.page_size)
         try:

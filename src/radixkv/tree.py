@@ -59,16 +59,22 @@ class TreeNode:
 
     def __init__(
         self,
-        node_id: int,
-        key: RadixKey | KeyData,
-        value: torch.Tensor | None,
-        parent: TreeNode | None,
-        last_access_time: float,
+        node_id: int = 1,
+        key: RadixKey | KeyData | None = None,
+        value: torch.Tensor | None = None,
+        parent: TreeNode | None = None,
+        last_access_time: float = 0.0,
         extra_key: str | None = None,
     ) -> None:
-        """``key`` is a RadixKey, or key data with its namespace in ``extra_key``."""
+        """``key`` is a RadixKey, or key data with its namespace in ``extra_key``.
+
+        Every argument has the seed's default, so ``TreeNode()`` is a detached node with an
+        empty key, no value (``evicted``) and id 1.
+        """
         self.children: dict[ChildKey, TreeNode] = {}
         self.parent = parent
+        if key is None:
+            key = b""
         if isinstance(key, RadixKey):
             self.key = key
         else:
