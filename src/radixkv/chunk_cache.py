@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from radixkv.arguments import insert_keywords, require_no_boundary, unlock_boundary
+from radixkv.arguments import insert_keywords, require_int, require_no_boundary, unlock_boundary
 from radixkv.base import (
     BasePrefixCache,
     EvictResult,
@@ -23,7 +23,7 @@ from radixkv.base import (
     empty_indices,
 )
 from radixkv.errors import TokenTypeError, UsageError
-from radixkv.tokens import require_int, validate_tokens
+from radixkv.keys import validate_tokens
 
 
 class ChunkCache(BasePrefixCache):

@@ -20,11 +20,9 @@ import torch
 
 from radixkv.arguments import (
     aligned_value,
-    checked_descent,
-    descent_and_new_part,
     insert_keywords,
+    require_int,
     require_no_boundary,
-    tree_key,
     unlock_boundary,
 )
 from radixkv.base import (
@@ -37,12 +35,19 @@ from radixkv.base import (
 )
 from radixkv.errors import LockError, StaleNodeError, TokenTypeError, UsageError
 from radixkv.invariants import check_tree
-from radixkv.keys import KeyData, release, token_count
+from radixkv.keys import KeyData, read_key, token_count
 from radixkv.lru_list import LRUList
 from radixkv.mamba_invariants import check_mamba
 from radixkv.mamba_node import MambaTreeNode
-from radixkv.tokens import require_int
-from radixkv.tree import edge, iter_subtree, path_to_root, split_node, tree_lines
+from radixkv.tree import (
+    descend,
+    edge,
+    holds_packed,
+    iter_subtree,
+    path_to_root,
+    split_node,
+    tree_lines,
+)
 
 __all__ = ["LRUList", "MambaMatchResult", "MambaRadixCache", "MambaTreeNode"]
 
@@ -164,12 +169,10 @@ class MambaRadixCache(BasePrefixCache):
         length the KV alone matches when that is longer than ``prefix_len``, else ``None``.
         Refreshes the recency of the returned path in both lists, child before parent.
         """
-        data, extra_key = tree_key(self.root, key, self.page_size)
-        try:
-            walk = checked_descent(self.root, data, extra_key, self.page_size, key)
-        finally:
-            release(data)
-        kv_len = walk.matched + walk.partial_len
+        with read_key(key, self.page_size, holds_packed(self.root)) as found:
+            walk = descend(self.root, found, self.page_size)
+            found.require_valid_from(walk.end)  # the part the tree holds is valid
+        kv_len = walk.end
         path = [self._mamba(n) for n in walk.path]
         while path and path[-1].mamba_value is None:
             path.pop()  # a tombstone's KV is useless without the state after it
@@ -226,12 +229,10 @@ class MambaRadixCache(BasePrefixCache):
         ``swa_evicted_seqlen`` are checked and mean nothing here: there is no sliding window.
         """
         slot = insert_keywords({**kwargs, "mamba_value": mamba_value}).mamba_slot
-        data, extra_key = tree_key(self.root, key, self.page_size)
-        try:
-            value = aligned_value(data, value, self.device)
-            walk, new = descent_and_new_part(self.root, data, extra_key, self.page_size, key)
-        finally:
-            release(data)
+        with read_key(key, self.page_size, holds_packed(self.root)) as found:
+            indices = aligned_value(found, value, self.device)
+            walk = descend(self.root, found, self.page_size)
+            new = found.new_part(walk.end)  # a checked copy: the tree stores it
         self._check_insert(new, slot)
         node = self._mamba(walk.path[-1]) if walk.path else self.root
         matched = walk.matched
@@ -241,7 +242,7 @@ class MambaRadixCache(BasePrefixCache):
         mamba_exist = False
         if new:
             assert slot is not None
-            node = self._add_leaf(node, new, extra_key, value[matched:], slot)
+            node = self._add_leaf(node, new, found.extra_key, indices[matched:], slot)
         elif node.mamba_value is not None:
             mamba_exist = True
         elif slot is not None:
