@@ -20,6 +20,7 @@ from radixkv.keys import (
     require_non_negative,
     span,
     token_count,
+    truncate,
     width,
 )
 from radixkv.tokens import page_align, require_int
@@ -77,7 +78,7 @@ def aligned_key(key: object, page_size: int, packed: bool) -> tuple[KeyView, str
         return data, extra_key
     aligned = page_align(n, page_size) * (len(data) // n)
     require_non_negative(data, aligned, key.token_ids)  # the tail is ignored, but checked
-    return data[:aligned], extra_key
+    return truncate(data, aligned), extra_key
 
 
 def aligned_value(

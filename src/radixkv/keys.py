@@ -13,6 +13,11 @@ is not even copied: the tree compares against a view of the caller's buffer and 
 the part it stores. The sign check is left to the caller of ``read_key`` for the part of the
 key the tree does not hold already (``require_non_negative``): a part equal to stored tokens
 is valid. When the fast path refuses a key, the exact checks of tokens.py name the problem.
+
+With the compiled helpers (native.py), a ``list`` (or tuple) of plain ids is not packed at
+all: it is checked in one C pass and wrapped as a ``ListKey``, which the tree compares in
+place; only the parts a node stores or a dict key needs are packed. Any other list takes
+the reference path above, which raises the documented errors.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from typing import cast
 
 import torch
 
+from radixkv import native
 from radixkv.tokens import (
     Tokens,
     common_prefix_len,
@@ -32,10 +38,40 @@ from radixkv.tokens import (
     validate_tokens,
 )
 
-KeyData = bytes | Tokens  # what a node stores
-KeyView = bytes | memoryview | Tokens  # a key being looked up (a view of the caller's buffer)
-Probe = memoryview | Tokens  # key data to compare with: a zero-copy view of packed bytes
 PACKED = 8  # bytes per token in packed key data
+
+
+class ListKey:
+    """A caller's list (or tuple) of plain ids, read in place by the compiled helpers.
+
+    It stands where packed key data would: its length and positions count bytes of the
+    packed form (``PACKED`` a token), and a slice is the packed bytes of those tokens.
+    Only ``read_key`` makes one, after the helpers checked every id.
+    """
+
+    __slots__ = ("helpers", "ids", "tokens")
+
+    def __init__(self, ids: native.Ids, tokens: int) -> None:
+        assert native.helpers is not None
+        self.helpers = native.helpers
+        self.ids = ids
+        self.tokens = tokens  # the key is ids[:tokens]
+
+    def __len__(self) -> int:
+        return self.tokens * PACKED
+
+    def __getitem__(self, items: slice) -> bytes:
+        start, stop, _ = items.indices(len(self))
+        return self.helpers.pack(self.ids, start // PACKED, max(start, stop) // PACKED)
+
+    def shared(self, stored: bytes, begin: int) -> int:
+        """Bytes of ``stored`` equal to this key from byte ``begin`` on (whole tokens)."""
+        return self.helpers.shared(stored, self.ids, begin // PACKED, self.tokens) * PACKED
+
+
+KeyData = bytes | Tokens  # what a node stores
+KeyView = bytes | memoryview | Tokens | ListKey  # a key being looked up (read in place)
+Probe = memoryview | Tokens | ListKey  # key data to compare with, without copying
 
 
 def width(data: KeyView) -> int:
@@ -51,7 +87,8 @@ def decode(data: KeyView) -> Tokens:
     """The tokens of ``data`` as a tuple (for display, hashing and the harness; not hot)."""
     if isinstance(data, tuple):
         return data
-    return cast(Tokens, tuple(int64_packer(len(data) // PACKED).unpack(data)))
+    packed = data[:] if type(data) is ListKey else cast(bytes | memoryview, data)
+    return cast(Tokens, tuple(int64_packer(len(packed) // PACKED).unpack(packed)))
 
 
 def encode(token_ids: Iterable[object], packed: bool) -> KeyData:
@@ -60,7 +97,7 @@ def encode(token_ids: Iterable[object], packed: bool) -> KeyData:
     require_non_negative(data, 0, token_ids)
     if isinstance(data, tuple):
         return data
-    stored = bytes(data)
+    stored = data[:] if type(data) is ListKey else bytes(cast(bytes | memoryview, data))
     release(data)
     return stored
 
@@ -72,6 +109,12 @@ def read_key(token_ids: Iterable[object], packed: bool) -> KeyView:
     checked for negative ids: see ``require_non_negative``. Returns a tuple for a key
     holding a bigram token, or whenever ``packed`` is False (a tree holding tuples).
     """
+    helpers = native.helpers
+    kind = type(token_ids)
+    if packed and helpers is not None and (kind is list or kind is tuple):
+        ids = cast(list[object], token_ids)
+        if helpers.plain_ids(ids):
+            return ListKey(ids, len(ids))
     if packed:
         data = _pack(token_ids)
         if data is not None:
@@ -84,9 +127,9 @@ def read_key(token_ids: Iterable[object], packed: bool) -> KeyView:
 
 def require_non_negative(data: KeyView, start: int, token_ids: Iterable[object]) -> None:
     """Raise the usage error naming a negative id at item ``start`` of ``data`` or later."""
-    if isinstance(data, tuple):
+    if isinstance(data, tuple) or type(data) is ListKey:
         return  # read_key checked every token
-    if not _signs_clear(data, start):
+    if not _signs_clear(cast(bytes | memoryview, data), start):
         release(data)
         validate_tokens(token_ids)  # raises, naming the first bad id
         raise AssertionError("a negative id the exact checks accept")
@@ -159,6 +202,8 @@ def shared_items(stored: KeyData, probe: Probe, start: int) -> int:
     steps is logarithmic in the length.
     """
     if type(stored) is bytes:
+        if type(probe) is ListKey:
+            return probe.shared(stored, start)
         if type(probe) is not memoryview:  # one tree holds one form; never guess
             raise AssertionError("packed key data compared with a token tuple")
         return _shared_bytes(stored, probe, start)
@@ -179,6 +224,13 @@ def _shared_bytes(stored: bytes, view: memoryview, begin: int) -> int:
         else:
             hi = mid
     return lo
+
+
+def truncate(data: KeyView, items: int) -> KeyView:
+    """The first ``items`` items of ``data`` (a list key stays a list key: no packing)."""
+    if type(data) is ListKey:
+        return ListKey(data.ids, items // PACKED)
+    return data[:items]
 
 
 def page_at(data: KeyView, start: int, page_size: int) -> KeyData:
