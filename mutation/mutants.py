@@ -48,9 +48,9 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "page-truncation-off-by-one",
-        ARGS,
-        "    aligned = page_align(n, page_size) * (len(data) // n)",
-        "    aligned = page_align(n + 1, page_size) * (len(data) // n)",
+        KEYS,
+        "    aligned = n // page_size * page_size\n",
+        "    aligned = (n + 1) // page_size * page_size\n",
     ),
     Mutant(
         "extra-key-ignored-in-child-keys",
@@ -157,21 +157,21 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "negative-token-accepted",
-        "src/radixkv/tokens.py",
+        KEYS,
         "    if lo < 0:\n",
         "    if lo < -(2**40):\n",
     ),
     Mutant(
         "insert-new-part-signs-unchecked",
-        ARGS,
-        "    require_non_negative(new, 0, key.token_ids)\n",
-        "    pass\n",
+        KEYS,
+        "        if type(part) is bytes and not signs_clear(part):\n",
+        "        if False:\n",
     ),
     Mutant(
         "view-signs-checked-in-first-chunk-only",
         KEYS,
-        "    for at in range(start, len(data), _CHUNK):\n",
-        "    for at in range(start, min(len(data), start + _CHUNK), _CHUNK):\n",
+        "    for at in range(start, len(view), _CHUNK):\n",
+        "    for at in range(start, min(len(view), start + _CHUNK), _CHUNK):\n",
         "tests/test_keys.py",
     ),
     Mutant(
@@ -183,11 +183,11 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "rejected-insert-mutates-first",
         CACHE,
-        "        data, extra_key = tree_key(self.root, key, self.page_size)\n        try:\n"
-        "            return self._insert(",
+        "        with read_key(key, self.page_size, holds_packed(self.root)) as found:\n"
+        "            # What",
         "        self.root.last_access_time = self._clock()\n"
-        "        data, extra_key = tree_key(self.root, key, self.page_size)\n        try:\n"
-        "            return self._insert(",
+        "        with read_key(key, self.page_size, holds_packed(self.root)) as found:\n"
+        "            # What",
     ),
     # Sliding-window attention: the SWA machine must catch these.
     Mutant(

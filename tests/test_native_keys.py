@@ -24,7 +24,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from radixkv import RadixCache, RadixKey, native
-from radixkv.keys import ListKey, decode, read_key, require_non_negative
+from radixkv.keys import ListKey, read_key
 from tests.helpers import snapshot
 
 compiled = pytest.mark.skipif(not native.available(), reason="the C key helpers are not built")
@@ -144,9 +144,9 @@ def test_read_key_gives_the_same_tokens_or_the_same_error(
 
 
 def _tokens(ids: list[object] | tuple[object, ...]) -> tuple[object, ...]:
-    data = read_key(ids, packed=True)
-    require_non_negative(data, 0, ids)
-    return decode(data)
+    with read_key(RadixKey(ids), 1, packed=True) as found:  # type: ignore[arg-type]  # odd ids on purpose
+        found.require_valid_from(0)
+        return found.tokens()
 
 
 @compiled
@@ -232,6 +232,8 @@ def test_the_helpers_refuse_what_they_were_not_made_for() -> None:
 def test_a_list_key_is_read_in_place_and_a_tuple_tree_is_not() -> None:
     ids = [1, 2, 3]
     with build(True):
-        assert type(read_key(ids, packed=True)) is ListKey
-        assert read_key(ids, packed=False) == (1, 2, 3)
-        assert read_key([1, (2, 3)], packed=True) == (1, (2, 3))  # a bigram: the reference path
+        assert type(read_key(RadixKey(ids), 1, packed=True).data) is ListKey
+        assert type(read_key(RadixKey(ids), 2, packed=True).data) is ListKey  # truncated
+        assert read_key(RadixKey(ids), 1, packed=False).data == (1, 2, 3)
+        bigram = RadixKey([1, (2, 3)])
+        assert read_key(bigram, 1, packed=True).data == (1, (2, 3))  # the reference path

@@ -5,12 +5,14 @@ from __future__ import annotations
 import abc
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from radixkv.errors import TokenTypeError
-from radixkv.tokens import Token
+
+if TYPE_CHECKING:  # keys.py reads RadixKeys, so it imports this module
+    from radixkv.keys import Token
 
 
 class RadixKey:

@@ -20,11 +20,10 @@ import torch
 
 from radixkv.arguments import (
     aligned_value,
-    checked_descent,
-    descent_and_new_part,
-    reject_unknown,
-    state_slot,
-    tree_key,
+    insert_keywords,
+    require_int,
+    require_no_boundary,
+    unlock_boundary,
 )
 from radixkv.base import (
     BasePrefixCache,
@@ -36,12 +35,19 @@ from radixkv.base import (
 )
 from radixkv.errors import LockError, StaleNodeError, TokenTypeError, UsageError
 from radixkv.invariants import check_tree
-from radixkv.keys import KeyData, release, token_count
+from radixkv.keys import KeyData, read_key, token_count
 from radixkv.lru_list import LRUList
 from radixkv.mamba_invariants import check_mamba
 from radixkv.mamba_node import MambaTreeNode
-from radixkv.tokens import require_int
-from radixkv.tree import edge, iter_subtree, path_to_root, split_node, tree_lines
+from radixkv.tree import (
+    descend,
+    edge,
+    holds_packed,
+    iter_subtree,
+    path_to_root,
+    split_node,
+    tree_lines,
+)
 
 __all__ = ["LRUList", "MambaMatchResult", "MambaRadixCache", "MambaTreeNode"]
 
@@ -163,12 +169,10 @@ class MambaRadixCache(BasePrefixCache):
         length the KV alone matches when that is longer than ``prefix_len``, else ``None``.
         Refreshes the recency of the returned path in both lists, child before parent.
         """
-        data, extra_key = tree_key(self.root, key, self.page_size)
-        try:
-            walk = checked_descent(self.root, data, extra_key, self.page_size, key)
-        finally:
-            release(data)
-        kv_len = walk.matched + walk.partial_len
+        with read_key(key, self.page_size, holds_packed(self.root)) as found:
+            walk = descend(self.root, found, self.page_size)
+            found.require_valid_from(walk.end)  # the part the tree holds is valid
+        kv_len = walk.end
         path = [self._mamba(n) for n in walk.path]
         while path and path[-1].mamba_value is None:
             path.pop()  # a tombstone's KV is useless without the state after it
@@ -221,16 +225,14 @@ class MambaRadixCache(BasePrefixCache):
         the caller frees its duplicates ``[cache_protected_len, prefix_len)``. The node
         ending at the key adopts the slot unless it already has a state: then
         ``mamba_exist`` is True and the slot stays the caller's to free. New tokens need a
-        slot (a leaf without state could never be matched).
+        slot (a leaf without state could never be matched). ``prev_prefix_len`` and
+        ``swa_evicted_seqlen`` are checked and mean nothing here: there is no sliding window.
         """
-        reject_unknown(kwargs)
-        data, extra_key = tree_key(self.root, key, self.page_size)
-        try:
-            value = aligned_value(data, value, self.device)
-            walk, new = descent_and_new_part(self.root, data, extra_key, self.page_size, key)
-        finally:
-            release(data)
-        slot = state_slot(mamba_value)
+        slot = insert_keywords({**kwargs, "mamba_value": mamba_value}).mamba_slot
+        with read_key(key, self.page_size, holds_packed(self.root)) as found:
+            indices = aligned_value(found, value, self.device)
+            walk = descend(self.root, found, self.page_size)
+            new = found.new_part(walk.end)  # a checked copy: the tree stores it
         self._check_insert(new, slot)
         node = self._mamba(walk.path[-1]) if walk.path else self.root
         matched = walk.matched
@@ -240,7 +242,7 @@ class MambaRadixCache(BasePrefixCache):
         mamba_exist = False
         if new:
             assert slot is not None
-            node = self._add_leaf(node, new, extra_key, value[matched:], slot)
+            node = self._add_leaf(node, new, found.extra_key, indices[matched:], slot)
         elif node.mamba_value is not None:
             mamba_exist = True
         elif slot is not None:
@@ -402,13 +404,18 @@ class MambaRadixCache(BasePrefixCache):
         return None
 
     def dec_lock_ref(self, node: Any, **kwargs: Any) -> None:
-        """Undo one ``inc_lock_ref(node)``; an unlock that no lock matches is a LockError."""
-        reject_unknown(kwargs)
+        """Undo one ``inc_lock_ref(node)``; an unlock that no lock matches is a LockError.
+
+        ``swa_boundary_id=`` may be given, as to every cache, and must be what
+        ``inc_lock_ref`` returned: ``None``.
+        """
+        boundary = unlock_boundary(kwargs)
         if node is None or node is self.root:
             return
         node = self._require_live(node)
         if node.held_locks == 0:
             raise LockError(f"dec_lock_ref on a node that holds no lock: {node!r}")
+        require_no_boundary(boundary)
         node.held_locks -= 1
         node.mamba_lock_ref -= 1
         if node.mamba_lock_ref == 0:

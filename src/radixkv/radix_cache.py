@@ -14,13 +14,7 @@ from typing import Any, Protocol
 
 import torch
 
-from radixkv.arguments import (
-    aligned_value,
-    checked_descent,
-    descent_and_new_part,
-    reject_unknown,
-    tree_key,
-)
+from radixkv.arguments import aligned_value, insert_keywords, reject_unknown, require_int
 from radixkv.base import (
     BasePrefixCache,
     EvictResult,
@@ -32,13 +26,14 @@ from radixkv.base import (
 from radixkv.errors import LockError, StaleNodeError, TokenTypeError
 from radixkv.hashing import chain_page_hashes, namespace_seed
 from radixkv.invariants import check_tree, require
-from radixkv.keys import KeyData, KeyView, release, span, token_count
+from radixkv.keys import KeyData, read_key, span, token_count
 from radixkv.swa import FullAttention, SlidingWindow
-from radixkv.tokens import require_int
 from radixkv.tree import (
     Descent,
     TreeNode,
+    descend,
     edge,
+    holds_packed,
     iter_subtree,
     path_to_root,
     split_node,
@@ -150,11 +145,10 @@ class RadixCache(BasePrefixCache):
         Splits the last matched node when the match ends inside it, so ``last_node`` ends
         exactly at ``prefix_len``, and refreshes the recency of every node on the path.
         """
-        data, extra_key = tree_key(self.root, key, self.page_size)
-        try:
-            path = self._walk(data, extra_key, key)
-        finally:
-            release(data)
+        with read_key(key, self.page_size, holds_packed(self.root)) as found:
+            walk = descend(self.root, found, self.page_size)
+            found.require_valid_from(walk.end)  # the part the tree holds is valid
+        path = self._split_where_it_ends(walk)
         path = path[: self._attention.match_end(path)]
         node = path[-1] if path else self.root
         self._touch(node)
@@ -163,15 +157,6 @@ class RadixCache(BasePrefixCache):
         values = [n.value for n in path if n.value is not None]
         indices = torch.cat(values) if values else self._no_indices
         return MatchResult(indices=indices, last_node=node, prefix_len=indices.numel())
-
-    def _walk(self, data: KeyView, extra_key: str | None, key: RadixKey) -> list[TreeNode]:
-        """The nodes along the key, splitting the last one where the match ends inside it.
-
-        Checks the key first: the part the tree holds is valid, the rest must be.
-        """
-        return self._split_where_it_ends(
-            checked_descent(self.root, data, extra_key, self.page_size, key)
-        )
 
     def _split_where_it_ends(self, walk: Descent) -> list[TreeNode]:
         if walk.partial is not None:
@@ -207,37 +192,27 @@ class RadixCache(BasePrefixCache):
         (``prefix_len``) and the node ending at the aligned key. The cache frees nothing:
         the caller frees its own duplicates in ``[cache_protected_len, prefix_len)``.
         ``value=None`` uses the token ids as indices (a test convenience).
-        ``prev_prefix_len`` and ``swa_evicted_seqlen`` only matter with a sliding window.
+        ``prev_prefix_len`` and ``swa_evicted_seqlen`` only matter with a sliding window;
+        ``mamba_value`` (the family's state slot keyword) is checked and stays the caller's.
         """
-        reject_unknown(kwargs)
-        require_int("prev_prefix_len", prev_prefix_len, 0)
-        require_int("swa_evicted_seqlen", swa_evicted_seqlen, 0)
+        insert_keywords(
+            {"prev_prefix_len": prev_prefix_len, "swa_evicted_seqlen": swa_evicted_seqlen, **kwargs}
+        )
         self._attention.check_insert(prev_prefix_len, swa_evicted_seqlen)
-        data, extra_key = tree_key(self.root, key, self.page_size)
-        try:
-            return self._insert(key, data, extra_key, value, prev_prefix_len, swa_evicted_seqlen)
-        finally:
-            release(data)
-
-    def _insert(
-        self,
-        key: RadixKey,
-        data: KeyView,
-        extra_key: str | None,
-        value: torch.Tensor | None,
-        prev_prefix_len: int,
-        swa_evicted_seqlen: int,
-    ) -> InsertResult:
-        # What the tree keeps is copied: all of it here with a window (it may adopt any part),
-        # else only the new suffix, in _add_leaf.
-        value = aligned_value(data, value, self.device, copy=self.supports_swa)
-        walk, new = descent_and_new_part(self.root, data, extra_key, self.page_size, key)
+        with read_key(key, self.page_size, holds_packed(self.root)) as found:
+            # What the tree keeps is copied: all of it here with a window (it may adopt any
+            # part), else only the new suffix, in _add_leaf.
+            indices = aligned_value(found, value, self.device, copy=self.supports_swa)
+            walk = descend(self.root, found, self.page_size)
+            new = found.new_part(walk.end)  # a checked copy: the tree stores it
         path = self._split_where_it_ends(walk)
-        matched = walk.matched + walk.partial_len
-        settled = self._attention.insert_overlap(path, value, prev_prefix_len, swa_evicted_seqlen)
+        matched = walk.end
+        settled = self._attention.insert_overlap(path, indices, prev_prefix_len, swa_evicted_seqlen)
         node = settled or self.root
         if new:
-            node = self._add_suffix(node, new, extra_key, value, matched, swa_evicted_seqlen)
+            node = self._add_suffix(
+                node, new, found.extra_key, indices, matched, swa_evicted_seqlen
+            )
         self._touch(node)
         return InsertResult(prefix_len=matched, last_node=node)
 

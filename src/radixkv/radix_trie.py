@@ -23,8 +23,9 @@ import itertools
 from collections.abc import Hashable, Iterable, Iterator, Sequence
 from typing import Any
 
+from radixkv.arguments import page_align, require_int
 from radixkv.errors import LockError, StaleNodeError, TokenTypeError, UsageError
-from radixkv.tokens import Tokens, common_prefix_len, page_align, require_int, validate_tokens
+from radixkv.keys import Tokens, common_prefix_len, validate_tokens
 
 
 class TrieNode:

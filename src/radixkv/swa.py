@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from radixkv.arguments import require_no_boundary
 from radixkv.base import EvictResult
 from radixkv.errors import LockError, UsageError
 from radixkv.invariants import require
@@ -56,8 +57,7 @@ class FullAttention:
         return None
 
     def check_unlock(self, node: TreeNode, token: int | None) -> None:
-        if token is not None:
-            raise LockError("swa_boundary_id given, but this cache has no sliding window")
+        require_no_boundary(token)
 
     def unlock(self, node: TreeNode, token: int | None) -> None:
         pass

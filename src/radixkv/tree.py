@@ -15,16 +15,14 @@ import torch
 from radixkv.base import RadixKey
 from radixkv.keys import (
     KeyData,
-    KeyView,
-    as_probe,
+    KeyRead,
+    Tokens,
     decode,
     encode,
     page_at,
-    shared_items,
     token_count,
     width,
 )
-from radixkv.tokens import Tokens
 
 ChildKey = tuple[str | None, KeyData]
 
@@ -59,16 +57,22 @@ class TreeNode:
 
     def __init__(
         self,
-        node_id: int,
-        key: RadixKey | KeyData,
-        value: torch.Tensor | None,
-        parent: TreeNode | None,
-        last_access_time: float,
+        node_id: int = 1,
+        key: RadixKey | KeyData | None = None,
+        value: torch.Tensor | None = None,
+        parent: TreeNode | None = None,
+        last_access_time: float = 0.0,
         extra_key: str | None = None,
     ) -> None:
-        """``key`` is a RadixKey, or key data with its namespace in ``extra_key``."""
+        """``key`` is a RadixKey, or key data with its namespace in ``extra_key``.
+
+        Every argument has the seed's default, so ``TreeNode()`` is a detached node with an
+        empty key, no value (``evicted``) and id 1.
+        """
         self.children: dict[ChildKey, TreeNode] = {}
         self.parent = parent
+        if key is None:
+            key = b""
         if isinstance(key, RadixKey):
             self.key = key
         else:
@@ -198,21 +202,36 @@ class Descent:
         self.partial: TreeNode | None = None  # the next node, if the key ends inside it
         self.partial_len = 0  # page-aligned tokens of ``partial`` the key shares
 
+    @property
+    def end(self) -> int:
+        """Tokens of the key the tree holds: the whole nodes, then part of ``partial``."""
+        return self.matched + self.partial_len
 
-def descend(root: TreeNode, data: KeyView, extra_key: str | None, page_size: int) -> Descent:
-    """Follow the key ``data`` down from ``root`` as far as whole pages match; never splits."""
+
+def holds_packed(root: TreeNode) -> bool:
+    """Whether the tree under ``root`` holds packed key data (keys.py), not token tuples."""
+    return type(root.data) is bytes
+
+
+def descend(root: TreeNode, key: KeyRead, page_size: int) -> Descent:
+    """Follow ``key`` down from ``root`` as far as whole pages match; never splits.
+
+    The first key holding a bigram (tuple) token turns the tree's packed keys into tuples
+    first (one form per tree, keys.py).
+    """
+    if not key.packed and holds_packed(root):
+        recode_tree(root, page_size)
     out = Descent()
-    node, path = root, out.path
+    node, path, extra_key = root, out.path, key.extra_key
     # Positions are items of the key data (bytes when packed): no conversions in the loop.
-    w = width(data)
-    page, end, probe = page_size * w, len(data), as_probe(data)
+    w = key.width
+    page, end = page_size * w, len(key.data)
     at = 0
     while at < end:
-        first = data[at : at + page]
-        child = node.children.get((extra_key, first if isinstance(first, tuple) else bytes(first)))
+        child = node.children.get((extra_key, key.page(at, page)))
         if child is None:
             break
-        same = shared_items(child.data, probe, at) // page * page
+        same = key.shared(child.data, at) // page * page
         if same < len(child.data):
             out.partial, out.partial_len = child, same // w
             break
