@@ -13,6 +13,7 @@ import enum
 import importlib
 import os
 import struct
+from array import array
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from functools import partial
@@ -24,8 +25,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from radixkv import RadixCache, RadixKey, native
-from radixkv.keys import ListKey, read_key
-from tests.helpers import snapshot
+from radixkv.keys import COMPACT, PACKED, Ids32, ListKey, read_key
+from tests.helpers import path_tokens, snapshot
 
 compiled = pytest.mark.skipif(not native.available(), reason="the C key helpers are not built")
 
@@ -237,3 +238,56 @@ def test_a_list_key_is_read_in_place_and_a_tuple_tree_is_not() -> None:
         assert read_key(RadixKey(ids), 1, packed=False).data == (1, 2, 3)
         bigram = RadixKey([1, (2, 3)])
         assert read_key(bigram, 1, packed=True).data == (1, (2, 3))  # the reference path
+
+
+# ---- compact storage ------------------------------------------------------------------
+
+
+@compiled
+@pytest.mark.parametrize("form", ["list", "array"])
+def test_nodes_store_int32_ids_when_every_id_fits_and_int64_otherwise(form: str) -> None:
+    big = 2**31  # the first id that does not fit
+    make = (lambda ids: ids) if form == "list" else (lambda ids: array("q", ids))
+    with build(True):
+        cache = RadixCache()
+        small = cache.insert(RadixKey(make([1, 2, 3, 4])), torch.arange(4)).last_node
+        wide = cache.insert(RadixKey(make([1, 2, big, 5])), torch.arange(4, 8)).last_node
+        assert type(small.data) is Ids32 and len(small.data) == 2 * COMPACT  # split at 2
+        assert type(wide.data) is bytes and len(wide.data) == 2 * PACKED
+        assert type(small.parent.data) is Ids32  # the split kept the compact form
+        assert cache.match_prefix(RadixKey(make([1, 2, 3, 4]))).indices.tolist() == [0, 1, 2, 3]
+        assert cache.match_prefix(RadixKey(make([1, 2, big, 5]))).indices.tolist() == [0, 1, 6, 7]
+        assert cache.match_prefix(RadixKey(make([1, 2, 3, 9]))).prefix_len == 3
+        cache.check_invariants()
+    with build(False):  # the pure path reads what the compiled one stored
+        assert cache.match_prefix(RadixKey(make([1, 2, 3, 4]))).prefix_len == 4
+        assert cache.match_prefix(RadixKey(make([1, 2, 3, 9]))).prefix_len == 3
+        assert small.tokens == (4,) and path_tokens(small) == (1, 2, 3, 4)  # split at 3
+        cache.check_invariants()
+
+
+@compiled
+@given(ids=st.lists(st.integers(0, 2**31 + 2), max_size=30), data=st.data())
+def test_narrow_and_shared32_agree_with_their_definitions(
+    ids: list[int], data: st.DataObject
+) -> None:
+    helpers = native._compiled
+    assert helpers is not None
+    packed = struct.pack(f"={len(ids)}q", *ids)
+    slim = helpers.narrow(packed)
+    if all(i < 2**31 for i in ids):
+        assert slim == struct.pack(f"={len(ids)}i", *ids)
+    else:
+        assert slim is None
+        return
+    probe = data.draw(st.lists(st.integers(0, 2**31 + 2), max_size=30))
+    start = data.draw(st.integers(0, len(probe)))
+    end = data.draw(st.integers(start, len(probe)))
+    expect = 0
+    for want, got in zip(ids, probe[start:end], strict=False):
+        if want != got:
+            break
+        expect += 1
+    wide = struct.pack(f"={len(probe)}q", *probe)
+    assert helpers.shared32(slim, probe, start, end) == expect
+    assert helpers.shared32(slim, memoryview(wide), start, end) == expect

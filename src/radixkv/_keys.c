@@ -127,7 +127,86 @@ static PyObject *shared(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     return PyLong_FromSsize_t(i);
 }
 
+/* narrow(packed) -> bytes | None: native int64 ids (all >= 0) as native int32 ones, or None
+ * if one is 2**31 or more. The compact form a node stores when every id fits. */
+static PyObject *narrow(PyObject *self, PyObject *packed) {
+    if (!PyBytes_CheckExact(packed)) {
+        PyErr_SetString(PyExc_TypeError, "narrow(packed: bytes)");
+        return NULL;
+    }
+    Py_ssize_t n = PyBytes_GET_SIZE(packed) / (Py_ssize_t)sizeof(int64_t);
+    const char *wide = PyBytes_AS_STRING(packed);
+    uint64_t any_high = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        uint64_t v;
+        memcpy(&v, wide + i * sizeof v, sizeof v);
+        any_high |= v;
+    }
+    if (any_high >> 31) Py_RETURN_NONE;
+    PyObject *out = PyBytes_FromStringAndSize(NULL, n * (Py_ssize_t)sizeof(int32_t));
+    if (out == NULL) return NULL;
+    char *slim = PyBytes_AS_STRING(out);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        uint64_t v;
+        memcpy(&v, wide + i * sizeof v, sizeof v);
+        int32_t w = (int32_t)v;
+        memcpy(slim + i * sizeof w, &w, sizeof w);
+    }
+    return out;
+}
+
+/* shared32(stored, probe, start, end) -> int: how many leading int32 ids of ``stored``
+ * equal the probe's ids start, start + 1, ... before ``end``. The probe is a list or tuple
+ * (read in place, as in ``shared``) or a buffer of native int64 ids (a view of the caller's
+ * array: no copy). */
+static PyObject *shared32(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    Py_ssize_t start, end;
+    if (nargs != 4 || !PyBytes_Check(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "shared32(stored: bytes, probe, start, end)");
+        return NULL;
+    }
+    start = PyLong_AsSsize_t(args[2]);
+    end = PyLong_AsSsize_t(args[3]);
+    if (PyErr_Occurred()) return NULL;
+    Py_ssize_t stored_n = PyBytes_GET_SIZE(args[0]) / (Py_ssize_t)sizeof(int32_t);
+    const char *stored = PyBytes_AS_STRING(args[0]);
+    Py_ssize_t i = 0;
+    if (PyList_CheckExact(args[1]) || PyTuple_CheckExact(args[1])) {
+        PyObject **items;
+        Py_ssize_t n;
+        if (sequence_items(args[1], &items, &n) < 0 || bounds(n, start, end) < 0) return NULL;
+        Py_ssize_t limit = end - start < stored_n ? end - start : stored_n;
+        for (; i < limit; i++) {
+            int32_t want;
+            memcpy(&want, stored + i * sizeof want, sizeof want);
+            if (plain_id(items[start + i]) != (int64_t)want) break;
+        }
+        return PyLong_FromSsize_t(i);
+    }
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[1], &view, PyBUF_SIMPLE) < 0) return NULL;
+    Py_ssize_t n = view.len / (Py_ssize_t)sizeof(int64_t);
+    if (bounds(n, start, end) < 0) {
+        PyBuffer_Release(&view);
+        return NULL;
+    }
+    const char *probe = (const char *)view.buf;
+    Py_ssize_t limit = end - start < stored_n ? end - start : stored_n;
+    for (; i < limit; i++) {
+        int32_t want;
+        int64_t got;
+        memcpy(&want, stored + i * sizeof want, sizeof want);
+        memcpy(&got, probe + (start + i) * sizeof got, sizeof got);
+        if (got != (int64_t)want) break;
+    }
+    PyBuffer_Release(&view);
+    return PyLong_FromSsize_t(i);
+}
+
 static PyMethodDef methods[] = {
+    {"narrow", narrow, METH_O, "Native int64 ids as int32 ones, or None if one does not fit."},
+    {"shared32", (PyCFunction)(void (*)(void))shared32, METH_FASTCALL,
+     "Leading int32 ids of stored equal to the probe's ids from start."},
     {"plain_ids", plain_ids, METH_O, "Every item is an exact int or bool in [0, 2**63)."},
     {"pack", (PyCFunction)(void (*)(void))pack, METH_FASTCALL,
      "Items [start, end) as native int64 bytes."},

@@ -5,3 +5,11 @@ def pack(seq: list[object] | tuple[object, ...], start: int, end: int, /) -> byt
 def shared(
     stored: bytes, seq: list[object] | tuple[object, ...], start: int, end: int, /
 ) -> int: ...
+def narrow(packed: bytes, /) -> bytes | None: ...
+def shared32(
+    stored: bytes,
+    probe: list[object] | tuple[object, ...] | bytes | memoryview,
+    start: int,
+    end: int,
+    /,
+) -> int: ...

@@ -38,7 +38,7 @@ def require(inv_id: str, condition: bool, message: str) -> None:
 def check_tree(cache: RadixCache) -> None:
     root = cache.root
     require("INV-1", root.parent is None and len(root) == 0, "root has a parent or a key")
-    form = type(root.data)
+    form = type(root.data) is tuple  # one form per tree: packed (bytes, Ids32) or tuples
     require("INV-1", root.value is not None and root.lock_ref >= 1, "root evicted or unlocked")
     evictable = protected = 0
     values: list[torch.Tensor] = []
@@ -47,7 +47,9 @@ def check_tree(cache: RadixCache) -> None:
     while stack:
         node, parent = stack.pop()
         _check_node(cache, node, parent)
-        require("INV-2", type(node.data) is form, f"node {node.id} key data in another form")
+        require(
+            "INV-2", (type(node.data) is tuple) == form, f"node {node.id} key data in another form"
+        )
         require("INV-1", node.id not in ids, f"node id {node.id} used twice")
         ids.add(node.id)
         assert node.value is not None

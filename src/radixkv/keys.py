@@ -67,7 +67,7 @@ from radixkv.errors import TokenTypeError, UsageError
 
 Token = int | tuple[int, ...]
 Tokens = tuple[Token, ...]
-KeyData = bytes | Tokens  # what a node stores
+KeyData = bytes | Tokens  # what a node stores (bytes: int64 ids, or Ids32: int32 ids)
 
 PACKED = 8  # bytes per token in packed key data
 MAX_TOKEN_ID = 2**63
@@ -104,6 +104,20 @@ class ListKey:
         """Bytes of ``stored`` equal to this key from byte ``at`` on (whole ids)."""
         return self.helpers.shared(stored, self.ids, at // PACKED, self.tokens) * PACKED
 
+
+class Ids32(bytes):
+    """Stored key data in the compact form: native int32 ids, ``COMPACT`` bytes a token.
+
+    An insert stores a node's new tokens this way when every one is below 2**31 (the
+    compiled path only: comparing it with a caller's int64 ids is done in C). Both paths
+    read it; the pure one widens it to compare, which only a switch of build mid-life
+    (tests) ever asks of it.
+    """
+
+    __slots__ = ()
+
+
+COMPACT = 4  # bytes per token in compact (Ids32) key data
 
 KeyView = bytes | memoryview | Tokens | ListKey  # a key being looked up, read in place
 
@@ -220,6 +234,8 @@ class KeyRead:
 
     def shared(self, stored: KeyData, at: int) -> int:
         """Items ``stored`` shares with the key from item ``at`` on (whole tokens' worth)."""
+        if type(stored) is Ids32:
+            return self._shared_compact(stored, at)
         if type(stored) is bytes:
             if type(self.probe) is ListKey:
                 return self.probe.shared(stored, at)
@@ -229,6 +245,21 @@ class KeyRead:
         if type(self.probe) is not tuple:
             raise AssertionError("token tuple compared with packed key data")
         return common_prefix_len(cast(Tokens, stored), self.probe, at)
+
+    def _shared_compact(self, stored: Ids32, at: int) -> int:
+        """``shared`` for int32 stored ids: in C on the compiled path, else widened."""
+        probe = self.probe
+        if type(probe) is ListKey:
+            helpers: native.KeyHelpers | None = probe.helpers
+            ids: native.Ids | memoryview = probe.ids
+            end = probe.tokens
+        else:
+            helpers, ids, end = native.helpers, cast(memoryview, probe), self.length
+        if type(probe) is tuple:
+            raise AssertionError("token tuple compared with packed key data")
+        if helpers is None:
+            return common_prefix_bytes(widen(stored), cast(memoryview, probe), at)
+        return helpers.shared32(stored, ids, at // PACKED, end) * PACKED
 
     def page(self, at: int, page_items: int) -> KeyData:
         """``page_items`` items from item ``at``: a child's dict key part, as stored data."""
@@ -248,7 +279,7 @@ class KeyRead:
         part = span(self.data, start, self.length)
         if type(part) is bytes and not signs_clear(part):
             self._raise_exact()
-        return part
+        return compact(part)
 
     def tokens(self) -> Tokens:
         """The aligned key as a token tuple (for ``value=None``; not hot)."""
@@ -358,8 +389,24 @@ def _views_signs_clear(data: memoryview | Tokens, start: int) -> bool:
 
 
 def width(data: KeyView) -> int:
-    """Items of ``data`` per token: 8 bytes when packed, one tuple item otherwise."""
-    return 1 if type(data) is tuple else PACKED
+    """Items of ``data`` per token: 8 bytes when packed (4 compact), one tuple item otherwise."""
+    kind = type(data)
+    return 1 if kind is tuple else COMPACT if kind is Ids32 else PACKED
+
+
+def compact(data: KeyData) -> KeyData:
+    """``data`` as int32 ids (``Ids32``) if every id fits and the compiled path is on."""
+    helpers = native.helpers
+    if helpers is None or type(data) is not bytes:
+        return data
+    slim = helpers.narrow(data)
+    return data if slim is None else Ids32(slim)
+
+
+def widen(data: Ids32) -> bytes:
+    """Compact ids as native int64 ones (dict keys, and the pure path's comparisons)."""
+    n = len(data) // COMPACT
+    return _int64_packer(n).pack(*struct.unpack(f"={n}i", data))
 
 
 def token_count(data: KeyView) -> int:
@@ -370,6 +417,8 @@ def decode(data: KeyView) -> Tokens:
     """The tokens of ``data`` as a tuple (for display, hashing and the harness; not hot)."""
     if isinstance(data, tuple):
         return data
+    if type(data) is Ids32:
+        return cast(Tokens, struct.unpack(f"={len(data) // COMPACT}i", data))
     packed = data[:] if type(data) is ListKey else cast("bytes | memoryview", data)
     return cast(Tokens, tuple(_int64_packer(len(packed) // PACKED).unpack(packed)))
 
@@ -396,13 +445,17 @@ def span(data: KeyView, start: int, end: int) -> KeyData:
     """Tokens ``[start, end)`` of ``data``, as stored data (a copy of a view's bytes)."""
     if isinstance(data, tuple):
         return data[start:end]
+    if type(data) is Ids32:
+        return Ids32(data[start * COMPACT : end * COMPACT])
     piece = data[start * PACKED : end * PACKED]  # ListKey: packed bytes already
     return piece if type(piece) is bytes else bytes(cast(memoryview, piece))
 
 
 def page_at(data: KeyView, start: int, page_size: int) -> KeyData:
-    """The ``page_size`` tokens of ``data`` from token ``start``: a child's dict key part."""
-    return span(data, start, start + page_size)
+    """The ``page_size`` tokens of ``data`` from token ``start``: a child's dict key part
+    (int64 bytes whatever the node's form, so lookups by any key find it)."""
+    page = span(data, start, start + page_size)
+    return widen(page) if type(page) is Ids32 else page
 
 
 # ---- the exact checks (error messages, and callers off the hot path) --------------------

@@ -10,9 +10,9 @@ so both builds behave identically, errors included.
 from __future__ import annotations
 
 import os
-from typing import Protocol
+from typing import Any, Protocol
 
-Ids = list[object] | tuple[object, ...]
+Ids = list[Any] | tuple[Any, ...]  # of Python ints, checked by the helpers
 
 
 class KeyHelpers(Protocol):
@@ -26,6 +26,14 @@ class KeyHelpers(Protocol):
 
     def shared(self, stored: bytes, seq: Ids, start: int, end: int, /) -> int:
         """How many leading int64 ids of ``stored`` equal seq[start], ... before ``end``."""
+
+    def narrow(self, packed: bytes, /) -> bytes | None:
+        """Native int64 ids (none negative) as int32 ones; ``None`` if one is >= 2**31."""
+
+    def shared32(
+        self, stored: bytes, probe: Ids | bytes | memoryview, start: int, end: int, /
+    ) -> int:
+        """``shared`` for int32 ``stored`` ids; ``probe`` a list, tuple or int64 buffer."""
 
 
 _compiled: KeyHelpers | None
