@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import json
 import statistics
 import subprocess
@@ -44,7 +45,7 @@ from radixkv import native
 from radixkv import replay as replay_module
 from radixkv.replay import CACHES as REPLAY_CACHES
 from radixkv.replay import RadixkvListReplay, RadixkvReplay, ReplayPool, ReplayReport, replay
-from radixkv.workload import WorkloadConfig, generate, trace_digest
+from radixkv.workload import Request, WorkloadConfig, generate, trace_digest
 
 sys.path.insert(0, str(Path(__file__).parent))
 import sglang_peers  # benchmarks/ is not a package: its folder is put on the path
@@ -138,9 +139,15 @@ def sglang_split_recency_as_radixkv() -> Iterator[None]:
         cache._split_node = original_split
 
 
+@functools.lru_cache(maxsize=1)
+def trace(seed: int, requests: int, prompt_len: int) -> list[Request]:
+    """The trace, generated once per configuration (the repeats replay the same objects)."""
+    return list(generate(WorkloadConfig(seed=seed, requests=requests, prompt_len=prompt_len)))
+
+
 def run(cfg: Config, cache: str, seed: int, device: str = "cpu") -> ReplayReport:
-    trace = generate(WorkloadConfig(seed=seed, requests=cfg.requests, prompt_len=cfg.prompt_len))
-    return replay(cache, trace, page_size=cfg.page_size, pool_size=cfg.pool, device=device)
+    requests = trace(seed, cfg.requests, cfg.prompt_len)
+    return replay(cache, requests, page_size=cfg.page_size, pool_size=cfg.pool, device=device)
 
 
 def bytes_per_token(cfg: Config, cache: str, seed: int) -> dict[str, float]:

@@ -25,7 +25,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from radixkv import RadixCache, RadixKey, native
-from radixkv.keys import COMPACT, PACKED, Ids32, ListKey, read_key
+from radixkv.keys import COMPACT, PACKED, Ids32, ListKey, read_key, widen
 from tests.helpers import path_tokens, snapshot
 
 compiled = pytest.mark.skipif(not native.available(), reason="the C key helpers are not built")
@@ -291,3 +291,14 @@ def test_narrow_and_shared32_agree_with_their_definitions(
     wide = struct.pack(f"={len(probe)}q", *probe)
     assert helpers.shared32(slim, probe, start, end) == expect
     assert helpers.shared32(slim, memoryview(wide), start, end) == expect
+
+
+@compiled
+@given(ids=st.lists(st.integers(0, 2**31 - 1), max_size=30))
+def test_widen_is_native_int64(ids: list[int]) -> None:
+    helpers = native._compiled
+    assert helpers is not None
+    slim = struct.pack(f"={len(ids)}i", *ids)
+    assert helpers.widen(slim) == struct.pack(f"={len(ids)}q", *ids)
+    with build(False):
+        assert widen(Ids32(slim)) == helpers.widen(slim)  # the pure definition agrees

@@ -203,7 +203,28 @@ static PyObject *shared32(PyObject *self, PyObject *const *args, Py_ssize_t narg
     return PyLong_FromSsize_t(i);
 }
 
+/* widen(compact) -> bytes: native int32 ids as native int64 ones (dict keys of a node). */
+static PyObject *widen(PyObject *self, PyObject *compact) {
+    if (!PyBytes_Check(compact)) {
+        PyErr_SetString(PyExc_TypeError, "widen(compact: bytes)");
+        return NULL;
+    }
+    Py_ssize_t n = PyBytes_GET_SIZE(compact) / (Py_ssize_t)sizeof(int32_t);
+    const char *slim = PyBytes_AS_STRING(compact);
+    PyObject *out = PyBytes_FromStringAndSize(NULL, n * (Py_ssize_t)sizeof(int64_t));
+    if (out == NULL) return NULL;
+    char *wide = PyBytes_AS_STRING(out);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int32_t v;
+        memcpy(&v, slim + i * sizeof v, sizeof v);
+        int64_t w = v;
+        memcpy(wide + i * sizeof w, &w, sizeof w);
+    }
+    return out;
+}
+
 static PyMethodDef methods[] = {
+    {"widen", widen, METH_O, "Native int32 ids as native int64 ones."},
     {"narrow", narrow, METH_O, "Native int64 ids as int32 ones, or None if one does not fit."},
     {"shared32", (PyCFunction)(void (*)(void))shared32, METH_FASTCALL,
      "Leading int32 ids of stored equal to the probe's ids from start."},

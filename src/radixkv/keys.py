@@ -405,6 +405,9 @@ def compact(data: KeyData) -> KeyData:
 
 def widen(data: Ids32) -> bytes:
     """Compact ids as native int64 ones (dict keys, and the pure path's comparisons)."""
+    helpers = native.helpers
+    if helpers is not None:
+        return helpers.widen(data)
     n = len(data) // COMPACT
     return _int64_packer(n).pack(*struct.unpack(f"={n}i", data))
 

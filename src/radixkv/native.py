@@ -27,6 +27,9 @@ class KeyHelpers(Protocol):
     def shared(self, stored: bytes, seq: Ids, start: int, end: int, /) -> int:
         """How many leading int64 ids of ``stored`` equal seq[start], ... before ``end``."""
 
+    def widen(self, compact: bytes, /) -> bytes:
+        """Native int32 ids as native int64 ones."""
+
     def narrow(self, packed: bytes, /) -> bytes | None:
         """Native int64 ids (none negative) as int32 ones; ``None`` if one is >= 2**31."""
 
