@@ -3,16 +3,17 @@
     tox -e bench                      # the full set (installs sglang with --no-deps)
     python benchmarks/bench.py --quick --keys list
 
-Each configuration replays one seeded trace (``radixkv.workload``) through the scheduler of
-``radixkv.replay`` against every cache, ``--repeats`` times, interleaved (the order
-alternates each repeat). sglang's two trees (``sglang_peers.py``) always get ``array('q')``
-keys, the form its callers hold; radixkv gets what ``--keys`` names: ``list`` (the seed
-API's ``list[int]``) and/or ``array``, from each build ``--builds`` names (``compiled``:
-the C key helpers; ``pure``: the Python reference, as under ``RADIXKV_PURE=1``). Timing is
-the thread CPU time of the cache calls only (``time.thread_time``), one torch thread, a full
-``gc.collect()`` before each replay and the collector off inside it; the table shows
-medians. The ratios are radixkv's requests/s over sglang's (``/py``: its Python
-RadixCache; ``/rust``: its Rust tree core): above 1, radixkv is faster.
+Each configuration replays one seeded trace (``radixkv.driver.workload``) through the
+scheduler of ``radixkv.driver.replay`` against every cache, ``--repeats`` times,
+interleaved (the order alternates each repeat). sglang's two trees (``sglang_peers.py``)
+always get ``array('q')`` keys, the form its callers hold; radixkv gets what ``--keys``
+names: ``list`` (the seed API's ``list[int]``) and/or ``array``, from each build
+``--builds`` names (``compiled``: the C key helpers; ``pure``: the Python reference, as
+under ``RADIXKV_PURE=1``). Timing is the thread CPU time of the cache calls only
+(``time.thread_time``), one torch thread, a full ``gc.collect()`` before each replay and
+the collector off inside it; the table shows medians. The ratios are radixkv's requests/s
+over sglang's (``/py``: its Python RadixCache; ``/rust``: its Rust tree core): above 1,
+radixkv is faster.
 
 Hit rates and per-request prefix-length digests come from the same runs. sglang refreshes the
 recency of the unmatched lower part of a node a match or insert splits; radixkv does not
@@ -42,10 +43,16 @@ from typing import Any
 import torch
 
 from radixkv import native
-from radixkv import replay as replay_module
-from radixkv.replay import CACHES as REPLAY_CACHES
-from radixkv.replay import RadixkvListReplay, RadixkvReplay, ReplayPool, ReplayReport, replay
-from radixkv.workload import Request, WorkloadConfig, generate, trace_digest
+from radixkv.driver import replay as replay_module
+from radixkv.driver.replay import (
+    RadixkvListReplay,
+    RadixkvReplay,
+    ReplayPool,
+    ReplayReport,
+    register_cache,
+    replay,
+)
+from radixkv.driver.workload import Request, WorkloadConfig, generate, trace_digest
 
 sys.path.insert(0, str(Path(__file__).parent))
 import sglang_peers  # benchmarks/ is not a package: its folder is put on the path
@@ -69,12 +76,13 @@ def radixkv_replay(keys: str, build: str) -> Any:
 
 def register(keys: list[str], builds: list[str]) -> list[str]:
     """Put every cache of this run into the driver's table; returns their names."""
-    REPLAY_CACHES.update(sglang_peers.PEERS)
+    for peer, factory in sglang_peers.PEERS.items():
+        register_cache(peer, factory)
     names = []
     for build in builds:
         for k in keys:
             name = f"radixkv {k} {build}"
-            REPLAY_CACHES[name] = radixkv_replay(k, build)
+            register_cache(name, radixkv_replay(k, build))
             names.append(name)
     return [*names, *PEERS]
 

@@ -24,6 +24,8 @@ from array import array
 from pathlib import Path
 from typing import Any
 
+from radixkv.driver.replay import SglangReplay, sglang_factory
+
 # Packages whose __init__ would import the serving stack: loaded as bare shells.
 _SHELLS = (
     "sglang",
@@ -157,46 +159,7 @@ def rust_tree(pool: Any, page_size: int) -> Any:
     return controller.UnifiedRadixCache(init)
 
 
-class SglangPythonReplay:
-    """sglang's Python ``RadixCache`` under the replay driver (keys: ``array('q')``)."""
-
-    name = "sglang"
-
-    def __init__(self, page_size: int, pool: Any) -> None:
-        self._rc, self._base = python_tree()
-        self.cache = self._rc.RadixCache.create_simulated(mock_allocator=pool, page_size=page_size)
-
-    def prepare(self, tokens: list[int]) -> Any:
-        return array("q", tokens)
-
-    def match(self, key: Any, limit: int, extra_key: str | None) -> tuple[int, Any, Any]:
-        params = self._base.MatchPrefixParams(key=self._rc.RadixKey(key, extra_key, limit=limit))
-        result = self.cache.match_prefix(params)
-        node = result.last_device_node
-        return result.device_prefix_len, self.cache.path_device_indices(node), node
-
-    def insert(self, key: Any, extra_key: str | None, value: Any) -> int:
-        params = self._base.InsertParams(key=self._rc.RadixKey(key, extra_key), value=value)
-        return int(self.cache.insert(params).prefix_len)
-
-    def lock(self, node: Any) -> Any:
-        return self.cache.inc_lock_ref(node)
-
-    def unlock(self, node: Any, token: Any) -> None:
-        self.cache.dec_lock_ref(node)
-
-    def evict(self, num_tokens: int) -> int:
-        result = self.cache.evict(self._base.EvictParams(num_tokens=num_tokens))
-        return int(result.num_tokens_evicted)
-
-    def total_size(self) -> int:
-        return int(self.cache.total_size())
-
-    def evictable_size(self) -> int:
-        return int(self.cache.evictable_size())
-
-
-class SglangRustReplay(SglangPythonReplay):
+class SglangRustReplay(SglangReplay):
     """sglang's Rust tree core behind its controller ``UnifiedRadixCache``, the same calls
     (keys: ``array('q')``). The controller frees evicted indices into the pool itself."""
 
@@ -225,4 +188,10 @@ class SglangRustReplay(SglangPythonReplay):
         return int(self.cache.full_evictable_size() + self.cache.full_protected_size())
 
 
-PEERS = {"sglang": SglangPythonReplay, "sglang-rust": SglangRustReplay}
+def _python_modules() -> Any:
+    radix_cache, base = python_tree()
+    return types.SimpleNamespace(radix_cache=radix_cache, base=base)
+
+
+# The driver's own sglang adapter, over the modules loaded here; and the Rust core.
+PEERS = {"sglang": sglang_factory(_python_modules), "sglang-rust": SglangRustReplay}

@@ -77,14 +77,12 @@ def require_no_boundary(swa_boundary_id: object) -> None:
         raise LockError("swa_boundary_id given, but this cache has no sliding window")
 
 
-def aligned_value(
-    key: KeyRead, value: object, device: torch.device, copy: bool = True
-) -> torch.Tensor:
-    """The first ``key.length`` KV indices as int64 on ``device``; a private copy if ``copy``.
+def aligned_value(key: KeyRead, value: object, device: torch.device) -> torch.Tensor:
+    """The first ``key.length`` KV indices as int64 on ``device``, not copied if they are.
 
     ``None`` stands for "the token ids are the indices" (a test convenience). Callers pass
-    views of request rows they go on overwriting: whatever the tree keeps must be a copy,
-    made here or (``copy=False``) by the cache when it stores a part.
+    views of request rows they go on overwriting: whatever part the tree keeps, the cache
+    copies when it stores it.
     """
     n = key.length
     if value is None:
@@ -103,9 +101,7 @@ def aligned_value(
         raise UsageError(f"value has {given} indices for {n} aligned tokens")
     if given > n:
         value = value[:n]
-    if value.dtype == torch.int64 and value.device == device:
-        return value.clone() if copy else value
-    return value.to(device=device, dtype=torch.int64, copy=copy)
+    return value.to(device=device, dtype=torch.int64)
 
 
 def state_slot(mamba_value: object) -> int | None:
