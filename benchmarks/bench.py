@@ -250,7 +250,6 @@ def main() -> int:
             "hit_radixkv": first[ours[0]].hit_rate(),
             "hit_sglang": first["sglang"].hit_rate(),
             "digest_equal": first[ours[0]].prefix_digest == first["sglang"].prefix_digest,
-            "rust_equal": first["sglang-rust"].prefix_digest == first["sglang"].prefix_digest,
             "same_rule": same_rule,
             "memory": memory,
         }
