@@ -29,7 +29,7 @@ setup(
         Extension(
             "radixkv._keys",
             ["src/radixkv/_keys.c"],
-            extra_compile_args=["-O2"],
+            extra_compile_args=["-O3"],  # vectorised compare loops (_keys.c)
             optional=True,
         )
     ],

@@ -190,13 +190,28 @@ static PyObject *shared32(PyObject *self, PyObject *const *args, Py_ssize_t narg
         PyBuffer_Release(&view);
         return NULL;
     }
-    const char *probe = (const char *)view.buf;
+    const char *probe = (const char *)view.buf + start * sizeof(int64_t);
     Py_ssize_t limit = end - start < stored_n ? end - start : stored_n;
+    /* Blocks of BLOCK ids with no early exit inside, so the compiler vectorises them (an
+     * id-by-id loop measured several times slower than the memcmp of int64 stored ids);
+     * the id-by-id loop then finds the first difference. */
+    enum { BLOCK = 16 };
+    for (; i + BLOCK <= limit; i += BLOCK) {
+        uint64_t diff = 0;
+        for (int k = 0; k < BLOCK; k++) {
+            int32_t want;
+            int64_t got;
+            memcpy(&want, stored + (i + k) * sizeof want, sizeof want);
+            memcpy(&got, probe + (i + k) * sizeof got, sizeof got);
+            diff |= (uint64_t)(got ^ (int64_t)want);
+        }
+        if (diff) break;
+    }
     for (; i < limit; i++) {
         int32_t want;
         int64_t got;
         memcpy(&want, stored + i * sizeof want, sizeof want);
-        memcpy(&got, probe + (start + i) * sizeof got, sizeof got);
+        memcpy(&got, probe + i * sizeof got, sizeof got);
         if (got != (int64_t)want) break;
     }
     PyBuffer_Release(&view);
