@@ -53,6 +53,9 @@ def run(mutant: Mutant, suite: list[str] | None = None) -> tuple[Mutant, bool, f
             **os.environ,
             "PYTHONPATH": f"{src}{os.pathsep}{ROOT}",
             "HYPOTHESIS_PROFILE": "mutation",
+            # The mutants are of the Python reference; a compiled helper built in place
+            # (setup.py build_ext --inplace) would bypass the list-key path they change.
+            "RADIXKV_PURE": "1",
         }
         probe = [sys.executable, "-c", "import radixkv; print(radixkv.__file__)"]
         where = subprocess.run(probe, env=env, capture_output=True, text=True)

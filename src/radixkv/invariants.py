@@ -35,7 +35,7 @@ def check_tree(tree: Tree[Any]) -> None:
 def _check_shape_and_sizes(tree: Tree[Any]) -> None:
     root = tree.root
     require("INV-1", root.parent is None and len(root) == 0, "root has a parent or a key")
-    form = type(root.data)
+    form = type(root.data) is tuple  # one form per tree: packed (bytes, Ids32) or tuples
     require("INV-1", root.value is not None and root.lock_ref >= 1, "root evicted or unlocked")
     evictable = protected = 0
     values: list[torch.Tensor] = []
@@ -44,7 +44,9 @@ def _check_shape_and_sizes(tree: Tree[Any]) -> None:
     while stack:
         node, parent = stack.pop()
         _check_node(tree.page_size, node, parent)
-        require("INV-2", type(node.data) is form, f"node {node.id} key data in another form")
+        require(
+            "INV-2", (type(node.data) is tuple) == form, f"node {node.id} key data in another form"
+        )
         require("INV-1", node.id not in ids, f"node id {node.id} used twice")
         ids.add(node.id)
         assert node.value is not None

@@ -38,6 +38,15 @@ agree with, byte for byte, and nothing else in the package touches a key's bytes
   bytes (whole ids) ``stored`` shares with ``key[start:]``;
 - ``common_prefix_len(stored: Tokens, key: Tokens, start: int) -> int``: the same for
   token tuples (bigram trees).
+
+**The compiled path** (native.py: ``radixkv._keys``, C, built by ``pip install .`` when a
+compiler is there; off under ``RADIXKV_PURE=1``). A ``list`` or tuple of plain ids (exact
+ints or bools in [0, 2**63)) is not packed at all: one C pass checks every id and the key
+is read in place (``ListKey``, ``ListRead``), compared id by id with the stored bytes, and
+only the parts the tree stores or a dict key needs are packed. Any other list (an odd id,
+a bad one, a bigram) takes the reference path above, which decides and raises; the
+helpers never raise a usage error themselves, so both paths behave the same, errors
+included (tests/test_native_keys.py compares them).
 """
 
 from __future__ import annotations
@@ -52,17 +61,65 @@ from typing import SupportsIndex, cast
 
 import torch
 
+from radixkv import native
 from radixkv.base import RadixKey
 from radixkv.errors import TokenTypeError, UsageError
 
 Token = int | tuple[int, ...]
 Tokens = tuple[Token, ...]
-KeyData = bytes | Tokens  # what a node stores
-KeyView = bytes | memoryview | Tokens  # a key being looked up (a view of the caller's buffer)
+KeyData = bytes | Tokens  # what a node stores (bytes: int64 ids, or Ids32: int32 ids)
 
 PACKED = 8  # bytes per token in packed key data
 MAX_TOKEN_ID = 2**63
 SIGN_BYTE = 7 if sys.byteorder == "little" else 0  # of a native int64
+
+
+class ListKey:
+    """A caller's list (or tuple) of plain ids, read in place by the compiled helpers.
+
+    It stands where packed key data would: its length and positions count bytes of the
+    packed form (``PACKED`` a token), and a slice is the packed bytes of those tokens.
+    Only ``read_key`` makes one, after the helpers checked every id.
+    """
+
+    __slots__ = ("helpers", "ids", "tokens")
+
+    def __init__(self, helpers: native.KeyHelpers, ids: native.Ids, tokens: int) -> None:
+        self.helpers = helpers
+        self.ids = ids
+        self.tokens = tokens  # the key is ids[:tokens]
+
+    def __len__(self) -> int:
+        return self.tokens * PACKED
+
+    def __getitem__(self, items: slice) -> bytes:
+        start, stop, _ = items.indices(len(self))
+        return self.helpers.pack(self.ids, start // PACKED, max(start, stop) // PACKED)
+
+    def prefix(self, items: int) -> ListKey:
+        """The first ``items`` bytes' worth of tokens, still read in place."""
+        return ListKey(self.helpers, self.ids, items // PACKED)
+
+    def shared(self, stored: bytes, at: int) -> int:
+        """Bytes of ``stored`` equal to this key from byte ``at`` on (whole ids)."""
+        return self.helpers.shared(stored, self.ids, at // PACKED, self.tokens) * PACKED
+
+
+class Ids32(bytes):
+    """Stored key data in the compact form: native int32 ids, ``COMPACT`` bytes a token.
+
+    An insert stores a node's new tokens this way when every one is below 2**31 (the
+    compiled path only: comparing it with a caller's int64 ids is done in C). Both paths
+    read it; the pure one widens it to compare, which only a switch of build mid-life
+    (tests) ever asks of it.
+    """
+
+    __slots__ = ()
+
+
+COMPACT = 4  # bytes per token in compact (Ids32) key data
+
+KeyView = bytes | memoryview | Tokens | ListKey  # a key being looked up, read in place
 
 
 # ---- the compiled-helper boundary -----------------------------------------------------
@@ -154,7 +211,7 @@ class KeyRead:
         self.width = PACKED if self.packed else 1
         self.length = len(data) // self.width
         # A zero-copy view of packed bytes, so the comparisons slice without copying.
-        self.probe: memoryview | Tokens = (
+        self.probe: memoryview | Tokens | ListKey = (
             memoryview(data) if type(data) is bytes else cast("memoryview | Tokens", data)
         )
         self._token_ids = token_ids
@@ -177,13 +234,32 @@ class KeyRead:
 
     def shared(self, stored: KeyData, at: int) -> int:
         """Items ``stored`` shares with the key from item ``at`` on (whole tokens' worth)."""
+        if type(stored) is Ids32:
+            return self._shared_compact(stored, at)
         if type(stored) is bytes:
+            if type(self.probe) is ListKey:
+                return self.probe.shared(stored, at)
             if type(self.probe) is not memoryview:  # one tree holds one form; never guess
                 raise AssertionError("packed key data compared with a token tuple")
             return common_prefix_bytes(stored, self.probe, at)
         if type(self.probe) is not tuple:
             raise AssertionError("token tuple compared with packed key data")
         return common_prefix_len(cast(Tokens, stored), self.probe, at)
+
+    def _shared_compact(self, stored: Ids32, at: int) -> int:
+        """``shared`` for int32 stored ids: in C on the compiled path, else widened."""
+        probe = self.probe
+        if type(probe) is ListKey:
+            helpers: native.KeyHelpers | None = probe.helpers
+            ids: native.Ids | memoryview = probe.ids
+            end = probe.tokens
+        else:
+            helpers, ids, end = native.helpers, cast(memoryview, probe), self.length
+        if type(probe) is tuple:
+            raise AssertionError("token tuple compared with packed key data")
+        if helpers is None:
+            return common_prefix_bytes(widen(stored), cast(memoryview, probe), at)
+        return helpers.shared32(stored, ids, at // PACKED, end) * PACKED
 
     def page(self, at: int, page_items: int) -> KeyData:
         """``page_items`` items from item ``at``: a child's dict key part, as stored data."""
@@ -192,7 +268,9 @@ class KeyRead:
 
     def require_valid_from(self, start: int) -> None:
         """Raise the usage error naming a negative id at token ``start`` or later."""
-        if self.packed and not _views_signs_clear(self.probe, start * PACKED):
+        if type(self.probe) is ListKey:
+            return  # read_key checked every id
+        if self.packed and not _views_signs_clear(cast(memoryview, self.probe), start * PACKED):
             self._raise_exact()
 
     def new_part(self, start: int) -> KeyData:
@@ -201,7 +279,7 @@ class KeyRead:
         part = span(self.data, start, self.length)
         if type(part) is bytes and not signs_clear(part):
             self._raise_exact()
-        return part
+        return compact(part)
 
     def tokens(self) -> Tokens:
         """The aligned key as a token tuple (for ``value=None``; not hot)."""
@@ -226,16 +304,32 @@ def read_key(key: object, page_size: int, packed: bool) -> KeyRead:
     extra_key = key.extra_key
     if extra_key is not None and not isinstance(extra_key, str):
         raise TokenTypeError(f"extra_key must be a str or None, got {type(extra_key).__name__}")
-    data = _key_data(key.token_ids, packed)
+    in_place = _read_in_place(key.token_ids) if packed else None
+    data = _key_data(key.token_ids, packed) if in_place is None else in_place
     n = token_count(data)
     aligned = n // page_size * page_size
     if aligned < n:
         KeyRead(data, extra_key, key.token_ids).require_valid_from(aligned)  # ignored, checked
-        data = data[: aligned * width(data)]
+        data = (
+            data.prefix(aligned * PACKED)
+            if type(data) is ListKey
+            else data[: aligned * width(data)]
+        )
     return KeyRead(data, extra_key, key.token_ids)
 
 
-def _key_data(token_ids: Iterable[object], packed: bool) -> KeyView:
+def _read_in_place(token_ids: object) -> ListKey | None:
+    """``token_ids`` read in place, if the compiled helpers are in use and it is a list or
+    tuple of plain ids; ``None`` sends it down the reference path."""
+    helpers = native.helpers
+    kind = type(token_ids)
+    if helpers is None or (kind is not list and kind is not tuple):
+        return None
+    ids = cast("native.Ids", token_ids)
+    return ListKey(helpers, ids, len(ids)) if helpers.plain_ids(ids) else None
+
+
+def _key_data(token_ids: Iterable[object], packed: bool) -> bytes | memoryview | Tokens:
     if packed:
         data = _pack(token_ids)
         if data is not None:
@@ -295,8 +389,27 @@ def _views_signs_clear(data: memoryview | Tokens, start: int) -> bool:
 
 
 def width(data: KeyView) -> int:
-    """Items of ``data`` per token: 8 bytes when packed, one tuple item otherwise."""
-    return 1 if type(data) is tuple else PACKED
+    """Items of ``data`` per token: 8 bytes when packed (4 compact), one tuple item otherwise."""
+    kind = type(data)
+    return 1 if kind is tuple else COMPACT if kind is Ids32 else PACKED
+
+
+def compact(data: KeyData) -> KeyData:
+    """``data`` as int32 ids (``Ids32``) if every id fits and the compiled path is on."""
+    helpers = native.helpers
+    if helpers is None or type(data) is not bytes:
+        return data
+    slim = helpers.narrow(data)
+    return data if slim is None else Ids32(slim)
+
+
+def widen(data: Ids32) -> bytes:
+    """Compact ids as native int64 ones (dict keys, and the pure path's comparisons)."""
+    helpers = native.helpers
+    if helpers is not None:
+        return helpers.widen(data)
+    n = len(data) // COMPACT
+    return _int64_packer(n).pack(*struct.unpack(f"={n}i", data))
 
 
 def token_count(data: KeyView) -> int:
@@ -307,7 +420,10 @@ def decode(data: KeyView) -> Tokens:
     """The tokens of ``data`` as a tuple (for display, hashing and the harness; not hot)."""
     if isinstance(data, tuple):
         return data
-    return cast(Tokens, tuple(_int64_packer(len(data) // PACKED).unpack(data)))
+    if type(data) is Ids32:
+        return cast(Tokens, struct.unpack(f"={len(data) // COMPACT}i", data))
+    packed = data[:] if type(data) is ListKey else cast("bytes | memoryview", data)
+    return cast(Tokens, tuple(_int64_packer(len(packed) // PACKED).unpack(packed)))
 
 
 def encode(token_ids: Iterable[object], packed: bool) -> KeyData:
@@ -323,16 +439,26 @@ def encode(token_ids: Iterable[object], packed: bool) -> KeyData:
     return stored
 
 
+def truncate(data: KeyView, items: int) -> KeyView:
+    """The first ``items`` items of ``data`` (a list read in place stays in place)."""
+    return data.prefix(items) if type(data) is ListKey else data[:items]
+
+
 def span(data: KeyView, start: int, end: int) -> KeyData:
     """Tokens ``[start, end)`` of ``data``, as stored data (a copy of a view's bytes)."""
     if isinstance(data, tuple):
         return data[start:end]
-    return bytes(data[start * PACKED : end * PACKED])
+    if type(data) is Ids32:
+        return Ids32(data[start * COMPACT : end * COMPACT])
+    piece = data[start * PACKED : end * PACKED]  # ListKey: packed bytes already
+    return piece if type(piece) is bytes else bytes(cast(memoryview, piece))
 
 
 def page_at(data: KeyView, start: int, page_size: int) -> KeyData:
-    """The ``page_size`` tokens of ``data`` from token ``start``: a child's dict key part."""
-    return span(data, start, start + page_size)
+    """The ``page_size`` tokens of ``data`` from token ``start``: a child's dict key part
+    (int64 bytes whatever the node's form, so lookups by any key find it)."""
+    page = span(data, start, start + page_size)
+    return widen(page) if type(page) is Ids32 else page
 
 
 # ---- the exact checks (error messages, and callers off the hot path) --------------------

@@ -28,8 +28,8 @@ from radixkv.keys import (
     decode,
     encode,
     page_at,
+    span,
     token_count,
-    width,
 )
 
 ChildKey = tuple[str | None, KeyData]
@@ -173,10 +173,10 @@ def split_node(node: N, split_len: int, new_id: int, page_size: int) -> N:
     """
     assert node.parent is not None and node.value is not None
     assert 0 < split_len < node.length and split_len % page_size == 0
-    data, cut = node.data, split_len * width(node.data)
+    data = node.data
     upper = type(node)(
         new_id,
-        data[:cut],
+        span(data, 0, split_len),
         node.value[:split_len],
         node.parent,
         node.last_access_time,
@@ -189,7 +189,7 @@ def split_node(node: N, split_len: int, new_id: int, page_size: int) -> N:
         upper.hash_values = node.hash_values[:pages]
         node.hash_values = node.hash_values[pages:]
     node.parent.children[edge(upper, page_size)] = upper
-    node.data = data[cut:]
+    node.data = span(data, split_len, node.length)
     node.length -= split_len
     node.value = node.value[split_len:]
     node.parent = upper
@@ -238,7 +238,7 @@ def descend(root: TreeNode, key: KeyRead, page_size: int) -> Descent:
         if child is None:
             break
         same = key.shared(child.data, at) // page * page
-        if same < len(child.data):
+        if same < child.length * w:
             out.partial, out.partial_len = child, same // w
             break
         path.append(child)

@@ -432,7 +432,7 @@ def bytes_per_token(cache_name: str, cfg: WorkloadConfig, page_size: int = 1) ->
     _trim()
     rss0 = _rss()
     for arr, extra_key in trace:
-        key = arr.tolist() if cache_name == "radixkv-list" else array("q", arr)
+        key = cache.prepare(arr.tolist())  # fresh: a new list of new ints, or a new array
         value = pool.alloc(len(arr))
         cache.insert(key, extra_key, value)
         del key, value

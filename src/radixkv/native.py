@@ -1,0 +1,67 @@
+"""The compiled-helper boundary: radixkv._keys (C) when built and allowed, else nothing.
+
+``pip install .`` builds ``radixkv._keys`` from ``_keys.c`` with the machine's C compiler
+when it can (setup.py; optional). The pure-Python key path (keys.py, tokens.py) is the
+reference and the fallback: it runs when the extension is missing or ``RADIXKV_PURE=1``,
+and it decides every key the helpers cannot (they never raise a usage error themselves),
+so both builds behave identically, errors included.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Protocol
+
+Ids = list[Any] | tuple[Any, ...]  # of Python ints, checked by the helpers
+
+
+class KeyHelpers(Protocol):
+    """What the compiled module provides (types in _keys.pyi; semantics in _keys.c)."""
+
+    def plain_ids(self, seq: Ids, /) -> bool:
+        """Every item is an exact int or bool in [0, 2**63)."""
+
+    def pack(self, seq: Ids, start: int, end: int, /) -> bytes:
+        """Items [start, end), all plain ids, as native int64 bytes."""
+
+    def shared(self, stored: bytes, seq: Ids, start: int, end: int, /) -> int:
+        """How many leading int64 ids of ``stored`` equal seq[start], ... before ``end``."""
+
+    def widen(self, compact: bytes, /) -> bytes:
+        """Native int32 ids as native int64 ones."""
+
+    def narrow(self, packed: bytes, /) -> bytes | None:
+        """Native int64 ids (none negative) as int32 ones; ``None`` if one is >= 2**31."""
+
+    def shared32(
+        self, stored: bytes, probe: Ids | bytes | memoryview, start: int, end: int, /
+    ) -> int:
+        """``shared`` for int32 ``stored`` ids; ``probe`` a list, tuple or int64 buffer."""
+
+
+_compiled: KeyHelpers | None
+try:
+    from radixkv import _keys as _compiled
+except ImportError:  # not built (no compiler at install time): the pure path
+    _compiled = None
+
+helpers: KeyHelpers | None = None  # what keys.py uses now; None means the pure path
+
+
+def available() -> bool:
+    """Whether the compiled helpers were built."""
+    return _compiled is not None
+
+
+def select(compiled: bool) -> bool:
+    """Use the compiled helpers if ``compiled`` and they exist; returns whether in use.
+
+    For tests and the benchmark, which compare both builds in one process; the default
+    is decided once at import (``RADIXKV_PURE=1`` asks for the pure path).
+    """
+    global helpers
+    helpers = _compiled if compiled else None
+    return helpers is not None
+
+
+select(compiled=os.environ.get("RADIXKV_PURE", "") != "1")
