@@ -35,6 +35,7 @@ from radixkv.base import (
     empty_indices,
 )
 from radixkv.errors import LockError, StaleNodeError, TokenTypeError, UsageError
+from radixkv.events import EventListener, PageEvents
 from radixkv.invariants import check_tree
 from radixkv.keys import KeyData, release, token_count
 from radixkv.lru_list import LRUList
@@ -75,6 +76,8 @@ class MambaRadixCache(BasePrefixCache):
     ``token_to_kv_pool_allocator.free`` receives every KV index the cache lets go,
     ``mamba_pool.free_track_slot`` every state slot, ``on_node_evict`` the id of every
     deleted node. ``clock`` stamps recency (default: a per-cache counter).
+    ``event_listener`` receives a record for every page stored or removed and for every
+    reset (``radixkv.events``).
     """
 
     def __init__(
@@ -85,11 +88,14 @@ class MambaRadixCache(BasePrefixCache):
         on_node_evict: Callable[[int], None] | None = None,
         *,
         clock: Callable[[], float] | None = None,
+        event_listener: EventListener | None = None,
     ) -> None:
         self.page_size = require_int("page_size", page_size, 1)
         self.token_to_kv_pool_allocator = token_to_kv_pool_allocator
         self.mamba_pool: MambaPool | None = mamba_pool
         self.on_node_evict = on_node_evict
+        # None unless someone listens; a dropped state changes no page (SPEC.md, KV events)
+        self._events = None if event_listener is None else PageEvents(event_listener, page_size)
         self.device = torch.device(getattr(token_to_kv_pool_allocator, "device", "cpu"))
         self._clock = clock if clock is not None else itertools.count(1).__next__
         self._node_ids = itertools.count()
@@ -149,6 +155,8 @@ class MambaRadixCache(BasePrefixCache):
             self._free_kv(node)
             self._free_state(node)
         self._start_empty()
+        if self._events is not None:
+            self._events.cleared()
         for node in doomed:
             node.value = None
             node.mamba_value = None
@@ -279,6 +287,8 @@ class MambaRadixCache(BasePrefixCache):
         self._evictable_size += leaf.length
         self.full_lru.insert_mru(leaf)
         self._adopt_state(leaf, slot)
+        if self._events is not None:
+            self._events.node_stored(leaf)
         return leaf
 
     def _adopt_state(self, node: MambaTreeNode, slot: int) -> None:
@@ -346,6 +356,8 @@ class MambaRadixCache(BasePrefixCache):
         del parent.children[edge(node, self.page_size)]
         self._evictable_size -= len(node)
         result.full_evicted += len(node)
+        if self._events is not None:
+            self._events.node_removed(node)
         self._free_kv(node)  # KV first, then the state: the order SPEC.md promises
         self.full_lru.remove(node)
         if node.mamba_value is not None:

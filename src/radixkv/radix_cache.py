@@ -30,7 +30,7 @@ from radixkv.base import (
     empty_indices,
 )
 from radixkv.errors import LockError, StaleNodeError, TokenTypeError
-from radixkv.hashing import chain_page_hashes, namespace_seed
+from radixkv.events import EventListener, PageEvents, node_page_hashes
 from radixkv.invariants import check_tree, require
 from radixkv.keys import KeyData, KeyView, release, span, token_count
 from radixkv.swa import FullAttention, SlidingWindow
@@ -58,6 +58,8 @@ class RadixCache(BasePrefixCache):
     ``token_to_kv_pool_allocator`` receives every index the cache lets go (``free``);
     ``on_node_evict`` is called with the id of every node the cache deletes. ``clock``
     stamps recency; by default a per-cache counter that ticks once per operation.
+    ``event_listener`` receives a record for every page stored or removed and for every
+    reset (``radixkv.events``); without one the cache hashes nothing.
     """
 
     def __init__(
@@ -68,12 +70,15 @@ class RadixCache(BasePrefixCache):
         on_node_evict: Callable[[int], None] | None = None,
         *,
         clock: Callable[[], float] | None = None,
+        event_listener: EventListener | None = None,
     ) -> None:
         require_int("page_size", page_size, 1)
         self.page_size = page_size
         self.sliding_window_size = sliding_window_size
         self.token_to_kv_pool_allocator = token_to_kv_pool_allocator
         self.on_node_evict = on_node_evict
+        # None unless someone listens: then every new node is hashed (SPEC.md, KV events)
+        self._events = None if event_listener is None else PageEvents(event_listener, page_size)
         self.device = torch.device(getattr(token_to_kv_pool_allocator, "device", "cpu"))
         self._clock = clock if clock is not None else itertools.count(1).__next__
         self._node_ids = itertools.count()
@@ -133,6 +138,8 @@ class RadixCache(BasePrefixCache):
         self._leaves.clear()
         self._heap.clear()
         self._attention.reset()
+        if self._events is not None:
+            self._events.cleared()
         for node in doomed:
             node.value = None
             self._report_evicted(node)
@@ -282,6 +289,8 @@ class RadixCache(BasePrefixCache):
         self._leaves.add(leaf)
         self._push_leaf(leaf)
         self._attention.added(leaf)
+        if self._events is not None:
+            self._events.node_stored(leaf)
         return leaf
 
     # ---- eviction ----------------------------------------------------------------------
@@ -351,6 +360,8 @@ class RadixCache(BasePrefixCache):
         self._evictable_size -= leaf.length
         result.full_evicted += leaf.length
         result.swa_evicted += self._attention.deleted(leaf)
+        if self._events is not None:
+            self._events.node_removed(leaf)
         self._free(leaf)
         leaf.value = None
         self._report_evicted(leaf)
@@ -430,20 +441,7 @@ class RadixCache(BasePrefixCache):
         if node is self.root:
             return []
         self._require_live(node)
-        pending = [n for n in path_to_root(node) if n.hash_values is None]
-        for n in reversed(pending):
-            parent = n.parent
-            assert parent is not None
-            prior = self._last_hash(parent, n.extra_key)
-            n.hash_values = chain_page_hashes(n.tokens, self.page_size, prior)
-        assert node.hash_values is not None
-        return node.hash_values
-
-    def _last_hash(self, node: TreeNode, extra_key: str | None) -> str | None:
-        if node is self.root:
-            return namespace_seed(extra_key)
-        assert node.hash_values is not None
-        return node.hash_values[-1]
+        return node_page_hashes(node, self.page_size)
 
     # ---- debugging ---------------------------------------------------------------------
 
