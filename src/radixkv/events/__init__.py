@@ -70,6 +70,27 @@ class KVEventBatch:
     events: list[KVCacheEvent] = field(default_factory=list)
 
 
+def to_wire(event: KVCacheEvent) -> list[object]:
+    """The record's wire form: its tag, then its fields in order (vLLM's tagged,
+    array-like records). ``extra_key`` is left out for the ``None`` namespace, so a
+    default-namespace ``BlockStored`` has exactly vLLM's six fields."""
+    if isinstance(event, BlockStored):
+        fields: list[object] = [
+            event.block_hashes,
+            event.parent_block_hash,
+            event.token_ids,
+            event.block_size,
+            event.lora_id,
+            event.medium,
+        ]
+        if event.extra_key is not None:
+            fields.append(event.extra_key)
+        return ["BlockStored", *fields]
+    if isinstance(event, BlockRemoved):
+        return ["BlockRemoved", event.block_hashes, event.medium]
+    return ["AllBlocksCleared"]
+
+
 class EventRecorder:
     """A listener that keeps records until ``take`` / ``take_batch`` hands them out."""
 
@@ -181,4 +202,5 @@ __all__ = [
     "KVEventBatch",
     "PageEvents",
     "node_page_hashes",
+    "to_wire",
 ]
