@@ -17,6 +17,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from radixkv.hashing import chain_page_hashes, hash_to_int64, namespace_seed
 from radixkv.tokens import Token
@@ -91,6 +92,15 @@ def to_wire(event: KVCacheEvent) -> list[object]:
     return ["AllBlocksCleared"]
 
 
+class EventPublisher(Protocol):
+    """A listener that sends what it heard as one batch per ``publish`` (a scheduler step)."""
+
+    def __call__(self, event: KVCacheEvent) -> object: ...
+
+    def publish(self) -> int | None:
+        """Send the pending events; the batch's sequence number, or None if none were."""
+
+
 class EventRecorder:
     """A listener that keeps records until ``take`` / ``take_batch`` hands them out."""
 
@@ -111,6 +121,29 @@ class EventRecorder:
 
     def take_batch(self) -> KVEventBatch:
         return KVEventBatch(self._clock(), self.take())
+
+
+class SequenceTracker:
+    """A subscriber's view of batch sequence numbers: where it lost batches.
+
+    The first number seen is the start (a subscriber may join late); after it every
+    number must be the next one. A jump is a gap: the batches in between were lost, and the
+    subscriber's page set for that worker can no longer be trusted.
+    """
+
+    def __init__(self) -> None:
+        self.next: int | None = None
+        self.gaps: list[range] = []
+
+    def see(self, seq: int) -> range:
+        """Record batch ``seq``; returns the numbers missed just before it (often empty)."""
+        if self.next is not None and seq < self.next:
+            raise ValueError(f"batch {seq} after batch {self.next - 1}: sequence went back")
+        missed = range(seq if self.next is None else self.next, seq)
+        if missed:
+            self.gaps.append(missed)
+        self.next = seq + 1
+        return missed
 
 
 class PageEvents:
@@ -197,10 +230,12 @@ __all__ = [
     "BlockRemoved",
     "BlockStored",
     "EventListener",
+    "EventPublisher",
     "EventRecorder",
     "KVCacheEvent",
     "KVEventBatch",
     "PageEvents",
+    "SequenceTracker",
     "node_page_hashes",
     "to_wire",
 ]
