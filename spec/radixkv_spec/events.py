@@ -229,10 +229,32 @@ class EventStreamModel:
 def expected_page_set(
     positions: Iterable[tuple[Namespace, Sequence[Token]]], page_size: int
 ) -> frozenset[int]:
-    """The int64 hashes of the pages ending at ``positions`` (namespace, aligned prefix)."""
-    return frozenset(
-        hash_to_int64(page_hashes(ns, tuple(path), page_size)[-1]) for ns, path in positions
-    )
+    """The int64 hashes of the pages ending at ``positions`` (namespace, aligned prefix).
+
+    Each page is hashed once, after the page before it (shorter positions first).
+    """
+    digests: dict[tuple[Namespace, PagePath], str] = {}
+    for ns, path in sorted(((ns, tuple(path)) for ns, path in positions), key=_length):
+        digests[ns, path] = hash_token_ids(path[-page_size:], _prior(digests, ns, path, page_size))
+    return frozenset(hash_to_int64(d) for d in digests.values())
+
+
+def _length(position: tuple[Namespace, PagePath]) -> int:
+    return len(position[1])
+
+
+def _prior(
+    digests: dict[tuple[Namespace, PagePath], str],
+    ns: Namespace,
+    path: PagePath,
+    page_size: int,
+) -> str | None:
+    parent = path[:-page_size]
+    if not parent:
+        return None if ns is None else namespace_seed(ns)
+    if (ns, parent) in digests:
+        return digests[ns, parent]
+    return page_hashes(ns, parent, page_size)[-1]  # not prefix-closed: hash the chain
 
 
 __all__ = [
