@@ -24,8 +24,10 @@ array-like records): a sequence whose first item is the tag ``"BlockStored"``,
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 from radixkv_spec.hashing import hash_to_int64, hash_token_ids, namespace_seed, page_hashes
 from radixkv_spec.invariants import holds
@@ -33,13 +35,17 @@ from radixkv_spec.tokens import Namespace, Token
 
 STORED, REMOVED, CLEARED = "BlockStored", "BlockRemoved", "AllBlocksCleared"
 PagePath = tuple[Token, ...]
+HashPolicy = Literal["radixkv", "opaque"]
+"""``radixkv``: hashes are SPEC.md §9's (INV-42 checked; namespaces come from the records).
+``opaque``: another engine's own hashes, checked only as names (INV-40, 41, 43); the stream
+then knows each page's token path through the parent links but not its namespace."""
 
 
 @dataclass(frozen=True)
 class StoredPage:
     """What the router knows about one stored page: its hash chain and where it ends."""
 
-    digest: str  # the full SHA-256 hex: the prior of the next page's hash
+    digest: str | None  # the full SHA-256 hex (the next page's prior); None: opaque hashes
     namespace: Namespace
     path: PagePath  # every token from the namespace's root to the page's end
 
@@ -124,10 +130,13 @@ def _namespace(value: object) -> Namespace:
 class EventStreamModel:
     """The page set a router rebuilds from one cache's stream; rejects a broken stream."""
 
-    def __init__(self, page_size: int) -> None:
+    def __init__(self, page_size: int, hashes: HashPolicy = "radixkv") -> None:
         if page_size < 1:
             raise ValueError(f"page_size must be >= 1, got {page_size}")
+        if hashes not in ("radixkv", "opaque"):
+            raise ValueError(f"hashes must be 'radixkv' or 'opaque', got {hashes!r}")
         self.page_size = page_size
+        self.hashes = hashes
         self.pages: dict[int, StoredPage] = {}
         self.records = 0
 
@@ -186,26 +195,27 @@ class EventStreamModel:
         new: list[tuple[int, StoredPage]] = []
         for i, block_hash in enumerate(hashes):
             page = record.token_ids[i * p : (i + 1) * p]
-            prior = hash_token_ids(page, prior)
             path += page
             holds(
                 block_hash not in self.pages and all(h != block_hash for h, _ in new),
                 "INV-40",
                 f"page {block_hash} stored again without a removal between",
             )
-            holds(
-                block_hash == hash_to_int64(prior),
-                "INV-42",
-                f"page {i} hashes to {block_hash}, the spec says {hash_to_int64(prior)}",
-            )
+            if self.hashes == "radixkv":
+                prior = hash_token_ids(page, prior)
+                holds(
+                    block_hash == hash_to_int64(prior),
+                    "INV-42",
+                    f"page {i} hashes to {block_hash}, the spec says {hash_to_int64(prior)}",
+                )
             new.append((block_hash, StoredPage(prior, record.extra_key, path)))
         return new
 
     def _parent(self, record: Stored) -> tuple[str | None, PagePath]:
         """The prior hash and the token path the record's first page continues."""
         if record.parent_block_hash is None:
-            seed = None if record.extra_key is None else namespace_seed(record.extra_key)
-            return seed, ()
+            named = record.extra_key is not None and self.hashes == "radixkv"
+            return (namespace_seed(record.extra_key) if named else None), ()
         parent = self.pages.get(record.parent_block_hash)
         holds(parent is not None, "INV-40", f"parent {record.parent_block_hash} is not stored")
         assert parent is not None
@@ -224,6 +234,10 @@ class EventStreamModel:
     def positions(self) -> set[tuple[Namespace, PagePath]]:
         """Every stored page as (namespace, tokens from the root to its end)."""
         return {(page.namespace, page.path) for page in self.pages.values()}
+
+    def path_counts(self) -> Counter[PagePath]:
+        """How many stored pages end each token path (namespaces aside: ``opaque`` hashes)."""
+        return Counter(page.path for page in self.pages.values())
 
 
 def expected_page_set(

@@ -150,3 +150,18 @@ def test_bad_page_size_and_batch() -> None:
         EventStreamModel(0)
     with pytest.raises(ValueError, match="not a batch"):
         EventStreamModel(1).apply_batch([1.0])
+
+
+def test_opaque_hashes_are_checked_as_names_only() -> None:
+    """Another engine's hashes: no INV-42, but the stream still rebuilds token paths."""
+    model = EventStreamModel(2, hashes="opaque")
+    model.apply(Stored((11, 12), None, (1, 2, 3, 4), 2))
+    model.apply(Stored((21,), 11, (5, 6), 2))
+    model.apply(Stored((31,), None, (1, 2), 2, "ns"))  # same tokens, another namespace
+    assert model.path_counts() == {(1, 2): 2, (1, 2, 3, 4): 1, (1, 2, 5, 6): 1}
+    with pytest.raises(SpecViolation, match="INV-40"):
+        model.apply(Stored((31,), None, (1, 2), 2))  # one name for two pages
+    model.apply(Removed((12, 21)))
+    assert model.path_counts() == {(1, 2): 2}
+    with pytest.raises(ValueError, match="hashes must be"):
+        EventStreamModel(1, hashes="sha1")  # type: ignore[arg-type]  # the error under test
