@@ -214,8 +214,9 @@ class EventStreamModel:
     def _parent(self, record: Stored) -> tuple[str | None, PagePath]:
         """The prior hash and the token path the record's first page continues."""
         if record.parent_block_hash is None:
-            named = record.extra_key is not None and self.hashes == "radixkv"
-            return (namespace_seed(record.extra_key) if named else None), ()
+            if record.extra_key is None or self.hashes == "opaque":
+                return None, ()
+            return namespace_seed(record.extra_key), ()
         parent = self.pages.get(record.parent_block_hash)
         holds(parent is not None, "INV-40", f"parent {record.parent_block_hash} is not stored")
         assert parent is not None
