@@ -13,6 +13,7 @@ from typing import Any, cast
 import torch
 
 import radixkv
+from radixkv.events import EventRecorder, to_wire
 from radixkv.tree import TreeNode, iter_subtree, path_to_root
 from radixkv_conformance.protocol import (  # noqa: F401  # re-exported for older imports
     AdapterFactory,
@@ -44,10 +45,12 @@ class RadixCacheAdapter:
         self.page_size = page_size
         self.device = torch.device(device)
         self.evicted_ids: list[int] = []
+        self.events = EventRecorder()
         self.cache = radixkv.RadixCache(
             page_size,
             token_to_kv_pool_allocator=_SinkAllocator(sink, self.device),
             on_node_evict=self.evicted_ids.append,
+            event_listener=self.events,
         )
 
     def match(self, tokens: tuple[Any, ...], namespace: Any) -> tuple[tuple[int, ...], Any]:
@@ -72,6 +75,9 @@ class RadixCacheAdapter:
 
     def reset(self) -> None:
         self.cache.reset()
+
+    def take_events(self) -> list[list[Any]]:
+        return [to_wire(event) for event in self.events.take()]
 
     def sizes(self) -> Sizes:
         c = self.cache

@@ -36,7 +36,8 @@ from radixkv_spec.hashing import page_hashes as spec_page_hashes
 from radixkv_spec.model import PrefixCacheModel, cached_len
 from radixkv_spec.tokens import page_align
 
-from radixkv_conformance.protocol import AdapterFactory, Namespace
+from radixkv_conformance.events_rules import EventsOracle
+from radixkv_conformance.protocol import AdapterFactory, EventsAdapter, Namespace
 from radixkv_conformance.semantics import RADIXKV, Semantics
 
 Step = dict[str, Any]
@@ -115,6 +116,11 @@ class RadixCacheMachine(RuleBasedStateMachine):
         self.model = PrefixCacheModel(page_size)
         self.frees: list[tuple[int, ...]] = []
         self.sut: Any = cls.factory(page_size, self._receive_free)  # type: ignore[arg-type]  # the old sink; the unified machine passes a Host
+        self.events_oracle = (
+            EventsOracle(page_size, getattr(cls.semantics, "event_hashes", "radixkv"))
+            if isinstance(self.sut, EventsAdapter)
+            else None
+        )
         self.next_index = 0
         self.freed: set[int] = set()
         self.keys_seen: list[tuple[int, ...]] = [()]
@@ -510,6 +516,18 @@ class RadixCacheMachine(RuleBasedStateMachine):
         assert sizes.protected == self.model.protected_size(), "INV-6: protected_size differs"
         assert sizes.evictable + sizes.protected == sizes.total, "INV-6: sizes do not add up"
         self._count("invariant checks")
+
+    def _streams_events(self) -> bool:
+        return getattr(self, "events_oracle", None) is not None
+
+    @precondition(_streams_events)
+    @invariant()
+    def events_rebuild_the_pages(self) -> None:
+        """Capability ``events`` (radixkv_conformance.events_rules): INV-40..43."""
+        type(self).last_check = "invariant: the event stream rebuilds the cached pages"
+        assert self.events_oracle is not None
+        applied = self.events_oracle.check(self.sut, self.sut.contents())
+        type(self).stats["event records"] += applied
 
     @precondition(_started)
     @invariant()

@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Literal
 
+from radixkv_spec.events import HashPolicy
 from radixkv_spec.policies import (
     ANY_LEAF,
     DEEPEST_STATE,
@@ -79,6 +80,8 @@ class Profile:
             ``False``: the kit passes 0 for both (it frees no SWA KV before an insert).
         page_sizes: the page sizes the machine draws from.
         windows: the sliding windows the SWA rules draw from.
+        event_hashes: ``"radixkv"``: KV events carry SPEC.md §9's page hashes (checked);
+            ``"opaque"``: the engine's own hashes, checked as names only.
         notes: free text shown in the report (documented deviations).
     """
 
@@ -96,6 +99,7 @@ class Profile:
     swa_insert_args: bool = True
     page_sizes: tuple[int, ...] = (1, 2, 4, 16)
     windows: tuple[int, ...] = (1, 2, 4, 8)
+    event_hashes: HashPolicy = "radixkv"
     notes: str = ""
 
     def __post_init__(self) -> None:
@@ -109,6 +113,8 @@ class Profile:
             raise ValueError(f"lock_model must be counts or sets: {self.lock_model!r}")
         if self.swa_lock_tokens not in ("exact", "optional"):
             raise ValueError(f"swa_lock_tokens must be exact or optional: {self.swa_lock_tokens!r}")
+        if self.event_hashes not in ("radixkv", "opaque"):
+            raise ValueError(f"event_hashes must be radixkv or opaque: {self.event_hashes!r}")
 
     def but(self, **changes: object) -> Profile:
         """The same profile with some policies changed."""
@@ -151,6 +157,7 @@ SGLANG = Profile(
     "sglang",
     victims=LRU_SPLIT_REFRESHES_BOTH,
     reset_frees=False,
+    event_hashes="opaque",
     notes=(
         "sglang's Python RadixCache (0.5.23): a split refreshes both halves; reset drops "
         "the tree without freeing; page hashes are sglang's own encoding."

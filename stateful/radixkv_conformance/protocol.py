@@ -122,6 +122,8 @@ CAPABILITIES: dict[str, str] = {
     "on_node_evict": "reports every deleted node exactly once: evicted_node_ids()",
     "swa": "sliding-window attention: tombstones, SWA eviction, SWA lock tokens",
     "mamba": "Mamba / SSM state slots, copy-on-write, branching seqlen",
+    "events": "KV events for routers (BlockStored / BlockRemoved / AllBlocksCleared): "
+    "take_events()",
 }
 
 
@@ -289,6 +291,20 @@ class MambaAdapter(Protocol):
         """``(full_lock_ref, mamba_lock_ref)`` of every live node (INV-30)."""
 
 
+@runtime_checkable
+class EventsAdapter(Protocol):
+    """Capability ``events``: the cache's KV event recorder is on.
+
+    The stream is checked against radixkv's page hashes (SPEC.md §9) unless the profile
+    says ``event_hashes="opaque"`` (the engine's own hashes: checked as names only).
+    """
+
+    def take_events(self) -> list[list[Any]]:
+        """The records emitted since the last call, oldest first, each in its wire form: the
+        tag (``"BlockStored"``, ``"BlockRemoved"``, ``"AllBlocksCleared"``) and then the
+        fields in order (``radixkv_spec.events.parse_record``)."""
+
+
 CAPABILITY_PROTOCOLS: dict[str, tuple[type[Any], dict[str, tuple[str, ...]]]] = {
     "hashing": (HashingAdapter, {}),
     "on_node_evict": (NodeEventsAdapter, {}),
@@ -298,6 +314,7 @@ CAPABILITY_PROTOCOLS: dict[str, tuple[type[Any], dict[str, tuple[str, ...]]]] = 
         {"insert": ("prev_prefix_len", "swa_evicted_seqlen"), "evict": ("swa_num_tokens",)},
     ),
     "mamba": (MambaAdapter, {"insert": ("state_slot",), "evict": ("mamba_slots",)}),
+    "events": (EventsAdapter, {}),
 }
 """For each capability that needs more than behaviour: its protocol and the keywords its
 methods must accept."""
