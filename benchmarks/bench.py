@@ -3,9 +3,9 @@
     tox -e bench                      # the full set (installs sglang with --no-deps)
     python benchmarks/bench.py --quick
 
-Each configuration replays one seeded trace (``radixkv.workload``) through the scheduler of
-``radixkv.replay`` against both caches, ``--repeats`` times, interleaved (the order
-alternates each repeat). Timing is the thread CPU time of the cache calls only
+Each configuration replays one seeded trace (``radixkv.driver.workload``) through the
+scheduler of ``radixkv.driver.replay`` against both caches, ``--repeats`` times, interleaved
+(the order alternates each repeat). Timing is the thread CPU time of the cache calls only
 (``time.thread_time``), one torch thread, a full ``gc.collect()`` before each replay and the
 collector off inside it; the table shows medians. The ratio is radixkv's requests/s over
 sglang's: above 1, radixkv is faster.
@@ -17,7 +17,7 @@ recency of the unmatched lower part of a node a match or insert splits; radixkv 
 whether its digest then equals radixkv's.
 
 Bytes per cached token: the RSS growth of building the no-eviction cache from fresh keys, in
-a fresh process per cache (``python -m radixkv.replay --memory``), over the tokens cached.
+a fresh process per cache (``bench.py --memory``), over the tokens cached.
 """
 
 from __future__ import annotations
@@ -35,8 +35,9 @@ from typing import Any
 
 import torch
 
-from radixkv.replay import ReplayReport, replay
-from radixkv.workload import WorkloadConfig, generate, trace_digest
+from radixkv.driver import replay as replay_module
+from radixkv.driver.replay import ReplayReport, replay
+from radixkv.driver.workload import WorkloadConfig, generate, trace_digest
 
 CACHES = ("radixkv", "radixkv-list", "sglang")
 MEMORY = ("radixkv", "sglang")  # radixkv stores the same bytes whatever the key form
@@ -110,7 +111,7 @@ def run(cfg: Config, cache: str, seed: int, device: str = "cpu") -> ReplayReport
 def bytes_per_token(cfg: Config, cache: str, seed: int) -> float:
     args = [str(a) for a in (seed, cfg.requests, cfg.prompt_len, cfg.page_size)]
     out = subprocess.run(
-        [sys.executable, "-m", "radixkv.replay", "--memory", cache, *args],
+        [sys.executable, __file__, "--memory", cache, *args],
         check=True,
         capture_output=True,
         text=True,
@@ -118,7 +119,19 @@ def bytes_per_token(cfg: Config, cache: str, seed: int) -> float:
     return float(json.loads(out.splitlines()[-1])["bytes_per_token"])
 
 
+def _sglang_adapter() -> Any:
+    import radixkv_conformance.adapters.sglang as adapter  # loads sglang's bare tree
+
+    return adapter
+
+
+# The driver knows only radixkv's caches; the peer comes through the kit's adapter.
+replay_module.register_cache("sglang", replay_module.sglang_factory(_sglang_adapter))
+
+
 def main() -> int:
+    if sys.argv[1:2] == ["--memory"]:  # the fresh process of bytes_per_token
+        return replay_module.main(sys.argv[1:])
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="a tenth of the requests")
     parser.add_argument("--repeats", type=int, default=3)

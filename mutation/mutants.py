@@ -36,21 +36,21 @@ MAMBA_MACHINE = "tests/machines/test_mamba_machine.py"
 MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "lock-not-propagated-to-root",
-        CACHE,
+        TREE,
         "        node.held_locks += 1\n        for n in path_to_root(node):",
         "        node.held_locks += 1\n        for n in (node,):",
     ),
     Mutant(
         "unlock-not-propagated-to-root",
-        CACHE,
+        TREE,
         "        node.held_locks -= 1\n        for n in path_to_root(node):",
         "        node.held_locks -= 1\n        for n in (node,):",
     ),
     Mutant(
         "page-truncation-off-by-one",
-        ARGS,
-        "    aligned = page_align(n, page_size) * (len(data) // n)",
-        "    aligned = page_align(n + 1, page_size) * (len(data) // n)",
+        KEYS,
+        "    aligned = n // page_size * page_size\n",
+        "    aligned = (n + 1) // page_size * page_size\n",
     ),
     Mutant(
         "extra-key-ignored-in-child-keys",
@@ -75,7 +75,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "evicts-locked-leaf",
-        CACHE,
+        TREE,
         "return node is not self.root and not node.children and node.lock_ref == 0",
         "return node is not self.root and not node.children",
     ),
@@ -97,15 +97,15 @@ MUTANTS: tuple[Mutant, ...] = (
         "        node = settled or self.root\n",
         "        node = settled or self.root\n"
         "        if matched:\n"
-        "            node.value = value[matched - len(node) : matched].clone()\n",
+        "            node.value = indices[matched - len(node) : matched].clone()\n",
     ),
     Mutant(
         "size-counter-not-moved-on-lock",
-        CACHE,
-        "            if n.lock_ref == 0:\n                self._evictable_size -= n.length\n"
-        "                self._protected_size += n.length\n"
-        "                self._leaves.discard(n)\n",
-        "            if n.lock_ref == 0:\n                self._leaves.discard(n)\n",
+        TREE,
+        "            if n.lock_ref == 0:\n                self.evictable_size -= n.length\n"
+        "                self.protected_size += n.length\n"
+        "                self.leaves.discard(n)\n",
+        "            if n.lock_ref == 0:\n                self.leaves.discard(n)\n",
     ),
     Mutant(
         "hash-ignores-prior",
@@ -127,26 +127,27 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "evict-no-cascade-to-parent",
-        CACHE,
+        TREE,
         "        self._refresh_leaf(parent)  # the cascade",
         "        pass  # the cascade",
     ),
     Mutant(
         "evict-does-not-free",
         CACHE,
-        "        result.swa_evicted += self._attention.deleted(leaf)\n        self._free(leaf)\n",
-        "        result.swa_evicted += self._attention.deleted(leaf)\n",
+        "        result.swa_evicted += self._attention.swa_tokens(leaf)\n"
+        "        self._free(leaf)\n",
+        "        result.swa_evicted += self._attention.swa_tokens(leaf)\n",
     ),
     Mutant(
         "evict-overshoots-target",
         CACHE,
-        "        while result.full_evicted < num_tokens and candidates:",
-        "        while result.full_evicted <= num_tokens and candidates:",
+        "        while result.full_evicted < num_tokens:\n            leaf = self.tree.lru_leaf()",
+        "        while result.full_evicted <= num_tokens:\n            leaf = self.tree.lru_leaf()",
     ),
     Mutant(
         "match-does-not-refresh-recency",
         CACHE,
-        "        node = path[-1] if path else self.root\n        self._touch(node)\n",
+        "        node = path[-1] if path else self.root\n        self.tree.touch(node)\n",
         "        node = path[-1] if path else self.root\n",
     ),
     Mutant(
@@ -157,21 +158,21 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "negative-token-accepted",
-        "src/radixkv/tokens.py",
+        KEYS,
         "    if lo < 0:\n",
         "    if lo < -(2**40):\n",
     ),
     Mutant(
         "insert-new-part-signs-unchecked",
-        ARGS,
-        "    require_non_negative(new, 0, key.token_ids)\n",
-        "    pass\n",
+        KEYS,
+        "        if type(part) is bytes and not signs_clear(part):\n",
+        "        if False:\n",
     ),
     Mutant(
         "view-signs-checked-in-first-chunk-only",
         KEYS,
-        "    for at in range(start, len(data), _CHUNK):\n",
-        "    for at in range(start, min(len(data), start + _CHUNK), _CHUNK):\n",
+        "    for at in range(start, len(view), _CHUNK):\n",
+        "    for at in range(start, min(len(view), start + _CHUNK), _CHUNK):\n",
         "tests/test_keys.py",
     ),
     Mutant(
@@ -183,11 +184,68 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "rejected-insert-mutates-first",
         CACHE,
-        "        data, extra_key = tree_key(self.root, key, self.page_size)\n        try:\n"
-        "            return self._insert(",
-        "        self.root.last_access_time = self._clock()\n"
-        "        data, extra_key = tree_key(self.root, key, self.page_size)\n        try:\n"
-        "            return self._insert(",
+        "        with read_key(key, self.page_size, self.tree.packed) as found:\n"
+        "            # Not a copy",
+        "        self.root.last_access_time = self.tree.clock()\n"
+        "        with read_key(key, self.page_size, self.tree.packed) as found:\n"
+        "            # Not a copy",
+    ),
+    # The Tree core's own bookkeeping (sizes, evictable leaves, locks, recency, hooks).
+    Mutant(
+        "tree-add-leaf-forgets-size",
+        TREE,
+        "        self.evictable_size += leaf.length\n",
+        "",
+    ),
+    Mutant(
+        "tree-delete-leaf-keeps-size",
+        TREE,
+        "        self.evictable_size -= leaf.length\n",
+        "",
+    ),
+    Mutant(
+        "tree-new-leaf-not-evictable",
+        TREE,
+        "        self.leaves.add(leaf)\n        self._push(leaf)\n",
+        "",
+    ),
+    Mutant(
+        "tree-parent-of-new-leaf-stays-a-leaf",
+        TREE,
+        "        self.leaves.discard(parent)\n",
+        "",
+    ),
+    Mutant(
+        "tree-unlocked-leaf-not-evictable-again",
+        TREE,
+        "                self._refresh_leaf(n)\n",
+        "",
+    ),
+    Mutant(
+        "tree-touched-leaf-not-requeued",
+        TREE,
+        "        if node in self.leaves:  # only the deepest node can be a leaf\n"
+        "            self._push(node)\n",
+        "",
+    ),
+    Mutant(
+        "tree-lru-leaf-takes-stale-entry",
+        TREE,
+        "            if recency == leaf.recency() and leaf in self.leaves:",
+        "            if leaf in self.leaves:",
+    ),
+    Mutant(
+        "tree-clear-keeps-sizes",
+        TREE,
+        "        self.evictable_size = self.protected_size = 0\n",
+        "",
+    ),
+    Mutant(
+        "tree-split-hook-not-called",
+        TREE,
+        "        for hook in self.on_split:\n            hook(upper, node)\n",
+        "",
+        MAMBA_MACHINE,
     ),
     # Sliding-window attention: the SWA machine must catch these.
     Mutant(
@@ -207,7 +265,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "swa-tombstone-left-as-leaf",
         CACHE,
-        "        while parent.swa_tombstone and self._is_evictable_leaf(parent):",
+        "        while parent.swa_tombstone and self.tree.is_evictable_leaf(parent):",
         "        while False:",
         SWA_MACHINE,
     ),
@@ -265,16 +323,19 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "mamba-lock-propagated-to-ancestors",
         MAMBA,
-        "            n.lock_ref += 1\n        return None",
-        "            n.lock_ref += 1\n"
-        "            n.mamba_lock_ref += n is not node\n        return None",
+        "        self.tree.lock(node)  # the KV of the whole path\n",
+        "        self.tree.lock(node)  # the KV of the whole path\n"
+        "        up = node.parent\n"
+        "        while up is not None and up is not self.root:\n"
+        "            up.mamba_lock_ref += 1\n"
+        "            up = up.parent\n",
         MAMBA_MACHINE,
     ),
     Mutant(
         "mamba-phase1-no-tombstone-cascade",
         MAMBA,
-        "            and parent.mamba_value is None\n",
-        "            and False\n",
+        "        while self.tree.is_evictable_leaf(parent) and parent.mamba_value is None:",
+        "        while False:",
         MAMBA_MACHINE,
     ),
     Mutant(
@@ -393,8 +454,8 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "swa-tombstone-frees-full-kv",
         SWA,
-        "            allocator.free_swa(node.value)",
-        "            allocator.free(node.value)",
+        "            self.allocator.free_swa(node.value)",
+        "            self.allocator.free(node.value)",
         SWA_MACHINE,
     ),
     Mutant(

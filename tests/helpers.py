@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from radixkv import InsertResult, KVIndexAllocator, MatchResult, RadixCache, RadixKey, TreeNode
-from radixkv.tokens import Token
+from radixkv.keys import Token
 
 requires_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 

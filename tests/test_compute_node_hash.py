@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from radixkv import RadixCache, RadixKey, StaleNodeError, TreeNode, hash_token_ids, namespace_seed
-from radixkv.tokens import Token
+from radixkv.keys import Token
 from tests.conftest import CacheFactory
 from tests.helpers import CacheHarness, live_nodes, path_tokens
 

@@ -21,9 +21,9 @@ import torch
 from radixkv_spec.events import EventStreamModel, expected_page_set
 
 from radixkv import KVIndexAllocator, RadixCache, RadixKey
+from radixkv.driver.workload import WorkloadConfig, generate
 from radixkv.events import SequenceTracker
 from radixkv.tree import TreeNode
-from radixkv.workload import WorkloadConfig, generate
 
 zmq = pytest.importorskip("zmq")
 pytest.importorskip("msgspec")

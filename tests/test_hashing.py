@@ -8,7 +8,7 @@ import struct
 import pytest
 
 from radixkv import UsageError, hash_bytes, hash_to_int64, hash_token_ids, namespace_seed
-from radixkv.tokens import Token
+from radixkv.keys import Token
 
 
 def sha(data: bytes) -> str:

@@ -78,12 +78,12 @@ def negative_held_locks(h: CacheHarness) -> None:
 
 
 def wrong_evictable_counter(h: CacheHarness) -> None:
-    h.cache._evictable_size += 1
+    h.cache.tree.evictable_size += 1
 
 
 def wrong_protected_counter(h: CacheHarness) -> None:
-    h.cache._protected_size += 2
-    h.cache._evictable_size -= 2
+    h.cache.tree.protected_size += 2
+    h.cache.tree.evictable_size -= 2
 
 
 def shared_index(h: CacheHarness) -> None:

@@ -141,8 +141,13 @@ def test_unmatched_unlock_and_tombstone_lock_are_refused() -> None:
     with pytest.raises(LockError, match="tombstone"):
         h.cache.inc_lock_ref(upper)
     assert h.cache.protected_size() == 0 and upper.full_lock_ref == 0
-    with pytest.raises(UsageError, match="unexpected keyword"):
+    h.cache.inc_lock_ref(leaf)
+    with pytest.raises(LockError, match="no sliding window"):  # only None came back
         h.cache.dec_lock_ref(leaf, swa_boundary_id=3)
+    with pytest.raises(UsageError, match="unexpected keyword"):
+        h.cache.dec_lock_ref(leaf, boundary=3)
+    h.cache.dec_lock_ref(leaf, swa_boundary_id=None)
+    assert h.cache.protected_size() == 0
 
 
 def test_phase_one_evicts_lru_leaf_with_state_and_cascades_tombstones() -> None:

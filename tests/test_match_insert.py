@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from radixkv import InsertResult, MatchResult, RadixCache, RadixKey, UsageError
-from radixkv.tokens import Token
+from radixkv.keys import Token
 from tests.conftest import CacheFactory
 from tests.helpers import (
     CacheHarness,

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from radixkv.replay import replay
-from radixkv.workload import KINDS, WorkloadConfig, generate, trace_digest
+from radixkv.driver.replay import replay
+from radixkv.driver.workload import KINDS, WorkloadConfig, generate, trace_digest
 
 
 def test_same_seed_same_trace() -> None:

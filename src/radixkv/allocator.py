@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import torch
 
+from radixkv.arguments import require_int
 from radixkv.errors import UsageError
-from radixkv.tokens import require_int
 
 
 class DoubleFreeError(UsageError):

@@ -1,29 +1,32 @@
-"""Argument checks shared by the caches: keys, KV values and state slots.
+"""Argument checks shared by the caches: counts, KV values, state slots and keywords.
 
-Each returns the argument in the form the tree stores, or raises a usage error naming what
-was wrong, so a cache can check everything before it changes anything.
+Each returns the argument in the form the cache uses, or raises a usage error naming what
+was wrong, so a cache can check everything before it changes anything. Keys are read by
+keys.py (``read_key``), the one place that reads them.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple, cast
 
 import torch
 
-from radixkv.base import RadixKey
-from radixkv.errors import TokenTypeError, UsageError
-from radixkv.keys import (
-    KeyData,
-    KeyView,
-    decode,
-    read_key,
-    require_non_negative,
-    span,
-    token_count,
-    width,
-)
-from radixkv.tokens import page_align, require_int
-from radixkv.tree import Descent, TreeNode, descend, recode_tree
+from radixkv.errors import LockError, TokenTypeError, UsageError
+from radixkv.keys import KeyRead
+
+
+def require_int(name: str, value: object, minimum: int) -> int:
+    """``value`` as an int >= ``minimum``, or a usage error saying what was wrong."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TokenTypeError(f"{name} must be an int, got {type(value).__name__}")
+    if value < minimum:
+        raise UsageError(f"{name} must be >= {minimum}, got {value}")
+    return value
+
+
+def page_align(n: int, page_size: int) -> int:
+    """The largest multiple of ``page_size`` not above ``n``."""
+    return n // page_size * page_size
 
 
 def reject_unknown(kwargs: dict[str, Any]) -> None:
@@ -31,67 +34,59 @@ def reject_unknown(kwargs: dict[str, Any]) -> None:
         raise UsageError(f"unexpected keyword arguments: {sorted(kwargs)}")
 
 
-def tree_key(root: TreeNode, key: object, page_size: int) -> tuple[KeyView, str | None]:
-    """The key's whole pages in the key form of ``root``'s tree, and its namespace.
+class InsertKeywords(NamedTuple):
+    """The keywords every cache's ``insert`` takes (one calling convention, SPEC.md).
 
-    Packed ids are not yet checked for signs (keys.require_non_negative). The first key
-    holding a bigram (tuple) token turns the tree's packed keys into tuples.
+    ``prev_prefix_len`` and ``swa_evicted_seqlen`` matter only with a sliding window;
+    ``mamba_slot`` (the ``mamba_value`` keyword) only to MambaRadixCache. A cache for
+    which a keyword has no meaning still checks it, so a caller bug never hides.
     """
-    packed = type(root.data) is bytes
-    data, extra_key = aligned_key(key, page_size, packed)
-    if packed and type(data) is tuple:
-        recode_tree(root, page_size)
-    return data, extra_key
+
+    prev_prefix_len: int
+    swa_evicted_seqlen: int
+    mamba_slot: int | None
 
 
-def checked_descent(
-    root: TreeNode, data: KeyView, extra_key: str | None, page_size: int, key: RadixKey
-) -> Descent:
-    """``descend`` with ``key`` checked: the part the tree holds is valid, the rest must be."""
-    walk = descend(root, data, extra_key, page_size)
-    require_non_negative(data, (walk.matched + walk.partial_len) * width(data), key.token_ids)
-    return walk
+def insert_keywords(kwargs: dict[str, Any]) -> InsertKeywords:
+    """The family's insert keywords out of ``kwargs``, checked; any other is a usage error."""
+    options = dict(kwargs)
+    prev = options.pop("prev_prefix_len", 0)
+    evicted = options.pop("swa_evicted_seqlen", 0)
+    slot = options.pop("mamba_value", None)
+    reject_unknown(options)
+    return InsertKeywords(
+        require_int("prev_prefix_len", prev, 0),
+        require_int("swa_evicted_seqlen", evicted, 0),
+        state_slot(slot),
+    )
 
 
-def descent_and_new_part(
-    root: TreeNode, data: KeyView, extra_key: str | None, page_size: int, key: RadixKey
-) -> tuple[Descent, KeyData]:
-    """``descend``, and the tokens the tree does not hold yet, copied out of the caller's
-    buffer and checked (on the copy, which an insert stores anyway)."""
-    walk = descend(root, data, extra_key, page_size)
-    new = span(data, walk.matched + walk.partial_len, token_count(data))
-    require_non_negative(new, 0, key.token_ids)
-    return walk, new
+def unlock_boundary(kwargs: dict[str, Any]) -> int | None:
+    """The ``swa_boundary_id`` keyword of ``dec_lock_ref`` (default None); any other keyword
+    is a usage error."""
+    options = dict(kwargs)
+    boundary = options.pop("swa_boundary_id", None)
+    reject_unknown(options)
+    return cast("int | None", boundary)
 
 
-def aligned_key(key: object, page_size: int, packed: bool) -> tuple[KeyView, str | None]:
-    """The key's whole pages as key data (packed if ``packed`` allows), and its namespace."""
-    if not isinstance(key, RadixKey):
-        raise TokenTypeError(f"key must be a RadixKey, got {type(key).__name__}")
-    extra_key = key.extra_key
-    if extra_key is not None and not isinstance(extra_key, str):
-        raise TokenTypeError(f"extra_key must be a str or None, got {type(extra_key).__name__}")
-    data = read_key(key.token_ids, packed)
-    n = token_count(data)
-    if n % page_size == 0:
-        return data, extra_key
-    aligned = page_align(n, page_size) * (len(data) // n)
-    require_non_negative(data, aligned, key.token_ids)  # the tail is ignored, but checked
-    return data[:aligned], extra_key
+def require_no_boundary(swa_boundary_id: object) -> None:
+    """A cache without a sliding window returns ``None`` from ``inc_lock_ref``, so that is
+    the only ``swa_boundary_id`` its ``dec_lock_ref`` can be given back."""
+    if swa_boundary_id is not None:
+        raise LockError("swa_boundary_id given, but this cache has no sliding window")
 
 
-def aligned_value(
-    data: KeyView, value: object, device: torch.device, copy: bool = True
-) -> torch.Tensor:
-    """The first ``len(data)`` KV indices as int64 on ``device``; a private copy if ``copy``.
+def aligned_value(key: KeyRead, value: object, device: torch.device) -> torch.Tensor:
+    """The first ``key.length`` KV indices as int64 on ``device``, not copied if they are.
 
     ``None`` stands for "the token ids are the indices" (a test convenience). Callers pass
-    views of request rows they go on overwriting: whatever the tree keeps must be a copy,
-    made here or (``copy=False``) by the cache when it stores a part.
+    views of request rows they go on overwriting: whatever part the tree keeps, the cache
+    copies when it stores it.
     """
-    n = token_count(data)
+    n = key.length
     if value is None:
-        tokens = decode(data)
+        tokens = key.tokens()
         if any(isinstance(t, tuple) for t in tokens):
             raise UsageError("value=None needs int token ids; bigram keys need a value")
         return torch.tensor(tokens, dtype=torch.int64, device=device)
@@ -106,9 +101,7 @@ def aligned_value(
         raise UsageError(f"value has {given} indices for {n} aligned tokens")
     if given > n:
         value = value[:n]
-    if value.dtype == torch.int64 and value.device == device:
-        return value.clone() if copy else value
-    return value.to(device=device, dtype=torch.int64, copy=copy)
+    return value.to(device=device, dtype=torch.int64)
 
 
 def state_slot(mamba_value: object) -> int | None:

@@ -5,12 +5,14 @@ from __future__ import annotations
 import abc
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 
 from radixkv.errors import TokenTypeError
-from radixkv.tokens import Token
+
+if TYPE_CHECKING:  # keys.py reads RadixKeys, so it imports this module
+    from radixkv.keys import Token
 
 
 class RadixKey:
@@ -46,6 +48,18 @@ class RadixKey:
 
 def empty_indices(device: torch.device) -> torch.Tensor:
     return torch.empty(0, dtype=torch.int64, device=device)
+
+
+class KVAllocator(Protocol):
+    """What a cache needs from a KV pool: somewhere to return the indices it lets go."""
+
+    def free(self, indices: torch.Tensor) -> None: ...
+
+
+def free_indices(allocator: KVAllocator | None, indices: torch.Tensor) -> None:
+    """Return ``indices`` to ``allocator`` (a cache without one just drops them)."""
+    if allocator is not None and indices.numel():
+        allocator.free(indices)
 
 
 @dataclass

@@ -13,6 +13,7 @@ from typing import Any
 
 import torch
 
+from radixkv.arguments import insert_keywords, require_int, require_no_boundary, unlock_boundary
 from radixkv.base import (
     BasePrefixCache,
     EvictResult,
@@ -22,7 +23,7 @@ from radixkv.base import (
     empty_indices,
 )
 from radixkv.errors import TokenTypeError, UsageError
-from radixkv.tokens import require_int, validate_tokens
+from radixkv.keys import validate_tokens
 
 
 class ChunkCache(BasePrefixCache):
@@ -46,9 +47,12 @@ class ChunkCache(BasePrefixCache):
     def insert(
         self, key: RadixKey, value: torch.Tensor | None = None, **kwargs: Any
     ) -> InsertResult:
-        """Caches nothing (``prefix_len=0``, ``last_node=None``); the caller keeps ``value``."""
-        if kwargs:
-            raise UsageError(f"unexpected keyword arguments: {sorted(kwargs)}")
+        """Caches nothing (``prefix_len=0``, ``last_node=None``); the caller keeps ``value``.
+
+        Takes every keyword of the family (``prev_prefix_len``, ``swa_evicted_seqlen``,
+        ``mamba_value``) and checks it, so a scheduler written for RadixCache runs unchanged.
+        """
+        insert_keywords(kwargs)
         n = len(_validate_key(key))
         if value is not None:
             if not isinstance(value, torch.Tensor):
@@ -68,7 +72,9 @@ class ChunkCache(BasePrefixCache):
         return None
 
     def dec_lock_ref(self, node: Any, **kwargs: Any) -> None:
-        """Nothing was locked; a no-op."""
+        """Nothing was locked; a no-op. ``swa_boundary_id=`` must be what ``inc_lock_ref``
+        returned: ``None``."""
+        require_no_boundary(unlock_boundary(kwargs))
 
 
 def _validate_key(key: object) -> tuple[object, ...]:

@@ -13,7 +13,7 @@ import hashlib
 import struct
 from collections.abc import Sequence
 
-from radixkv.tokens import Token, validate_tokens
+from radixkv.keys import Token, validate_tokens
 
 _SMALL = 2**32
 _NAMESPACE_TAG = b"radixkv:namespace:"

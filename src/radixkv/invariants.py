@@ -1,33 +1,20 @@
-"""``check_tree``: every structural invariant of SPEC.md, checked on a live tree.
+"""``check_tree``: every structural invariant of SPEC.md, checked on a live ``Tree``.
 
 An expensive no-op for tests and state machines. Each failure names its ``INV-n`` id, the
-same id the spec and the harness use.
+same id the spec and the harness use. Every cache built on the core tree (RadixCache in
+both modes, MambaRadixCache) runs it, then the checks of its own parts.
 """
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Any
 
 import torch
 
 from radixkv.errors import InvariantViolation
 from radixkv.hashing import chain_page_hashes, namespace_seed
 from radixkv.keys import width
-from radixkv.tree import TreeNode, edge
-
-
-class RadixCache(Protocol):
-    """What ``check_tree`` reads: any cache built on the core tree (RadixCache, Mamba...)."""
-
-    @property
-    def root(self) -> TreeNode: ...
-
-    @property
-    def page_size(self) -> int: ...
-
-    def evictable_size(self) -> int: ...
-
-    def protected_size(self) -> int: ...
+from radixkv.tree import Tree, TreeNode, edge
 
 
 def require(inv_id: str, condition: bool, message: str) -> None:
@@ -35,8 +22,18 @@ def require(inv_id: str, condition: bool, message: str) -> None:
         raise InvariantViolation(inv_id, message)
 
 
-def check_tree(cache: RadixCache) -> None:
-    root = cache.root
+def check_tree(tree: Tree[Any]) -> None:
+    """INV-1..9 on ``tree``, and its evictable-leaf set and heap (INV-6)."""
+    _check_shape_and_sizes(tree)
+    leaves = {n for n in tree.nodes() if tree.is_evictable_leaf(n)}
+    require("INV-6", tree.leaves == leaves, "the evictable-leaf set is stale")
+    queued = tree.queued()
+    fresh = all((n.recency(), id(n)) in queued for n in leaves)
+    require("INV-6", fresh, "an evictable leaf is missing from the eviction heap")
+
+
+def _check_shape_and_sizes(tree: Tree[Any]) -> None:
+    root = tree.root
     require("INV-1", root.parent is None and len(root) == 0, "root has a parent or a key")
     form = type(root.data)
     require("INV-1", root.value is not None and root.lock_ref >= 1, "root evicted or unlocked")
@@ -46,7 +43,7 @@ def check_tree(cache: RadixCache) -> None:
     stack = [(child, root) for child in root.children.values()]
     while stack:
         node, parent = stack.pop()
-        _check_node(cache, node, parent)
+        _check_node(tree.page_size, node, parent)
         require("INV-2", type(node.data) is form, f"node {node.id} key data in another form")
         require("INV-1", node.id not in ids, f"node id {node.id} used twice")
         ids.add(node.id)
@@ -59,21 +56,20 @@ def check_tree(cache: RadixCache) -> None:
         stack.extend((child, node) for child in node.children.values())
     require(
         "INV-6",
-        cache.evictable_size() == evictable,
-        f"evictable {cache.evictable_size()} != {evictable}",
+        tree.evictable_size == evictable,
+        f"evictable {tree.evictable_size} != {evictable}",
     )
     require(
         "INV-6",
-        cache.protected_size() == protected,
-        f"protected {cache.protected_size()} != {protected}",
+        tree.protected_size == protected,
+        f"protected {tree.protected_size} != {protected}",
     )
     if values:
         every = torch.cat(values)
         require("INV-7", torch.unique(every).numel() == every.numel(), "an index is in two nodes")
 
 
-def _check_node(cache: RadixCache, node: TreeNode, parent: TreeNode) -> None:
-    p = cache.page_size
+def _check_node(p: int, node: TreeNode, parent: TreeNode) -> None:
     n = len(node)
     require("INV-2", n > 0 and n % p == 0, f"node {node.id} key length {n} (page_size {p})")
     stored = len(node.data)

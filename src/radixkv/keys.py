@@ -1,127 +1,256 @@
-"""Keys as the tree stores them: packed int64 bytes, validated once per call.
+"""Reading a caller's key: the one place a key is packed, validated and held.
 
-A tree node holds its tokens as ``KeyData``: a ``bytes`` object of native-endian int64 ids
-(``PACKED`` bytes a token), or, once a bigram (tuple) token reached the tree, a tuple of
-tokens. Bytes compare and slice with ``memcmp``/``memcpy`` and cost 8 bytes a token; a
-tuple of Python ints costs about 40. A tree uses one form for all its nodes: the first
-bigram key converts it (``recode_tree`` in tree.py), and it never converts back.
+A cache reads a key once, at the top of ``match_prefix`` or ``insert``::
 
-Reading a caller's key is its validation: ``struct`` packing rejects anything that is not
-an int (or has ``__index__``) in the int64 range, and the sign byte of every packed id
-catches negative ones, all in C. A key held as an ``array('q')`` (or an int64 memoryview)
-is not even copied: the tree compares against a view of the caller's buffer and copies only
-the part it stores. The sign check is left to the caller of ``read_key`` for the part of the
-key the tree does not hold already (``require_non_negative``): a part equal to stored tokens
-is valid. When the fast path refuses a key, the exact checks of tokens.py name the problem.
+    with tree.read(key) as read:          # checks the RadixKey, packs, drops the tail
+        walk = tree.descend(read)         # compares with ``read.shared``
+        read.require_valid_from(walk.end) # the part the tree does not hold must be valid
+
+``read_key`` checks the ``RadixKey`` and its namespace, turns the token ids into key data
+(below), truncates them to whole pages (checking the dropped tail too) and returns a
+``KeyRead``: a context manager that holds the view of the caller's buffer until the
+operation ends and keeps the caller's ids only to name a bad one in an error message.
+
+**Key data.** A tree node holds its tokens as ``KeyData``: a ``bytes`` object of
+native-endian int64 ids (``PACKED`` bytes a token), or, once a bigram (tuple) token reached
+the tree, a tuple of tokens. Bytes compare and slice with ``memcmp``/``memcpy`` and cost 8
+bytes a token; a tuple of Python ints costs about 40. A tree uses one form for all its
+nodes: the first bigram key converts it, and it never converts back. A key held as an
+``array('q')`` (or an int64 memoryview) is not even copied: the tree compares against a
+view of the caller's buffer and copies only the part it stores.
+
+**Validation, once.** Packing with ``struct`` rejects anything that is not an int (or has
+``__index__``) in the int64 range, in C. The sign bit of every packed id catches negative
+ones; that test is left for the part of the key the tree does not hold already
+(``require_valid_from``, or ``new_part`` on the copy an insert stores): a part equal to
+stored tokens is valid. When the fast path refuses a key, the exact checks
+(``validate_tokens``) name the first bad token.
+
+**The compiled-helper boundary.** All the per-token work on a key is done by four functions
+with plain, typed arguments; the pure Python here is the reference a compiled helper must
+agree with, byte for byte, and nothing else in the package touches a key's bytes:
+
+- ``pack_ids(ids: list | tuple) -> bytes | None``: native int64s, ``None`` if some id is
+  not an int in the int64 range (signs unchecked);
+- ``signs_clear(packed: bytes, start: int = 0) -> bool``: no id from byte ``start`` on is
+  negative;
+- ``common_prefix_bytes(stored: bytes, key: memoryview, start: int) -> int``: how many
+  bytes (whole ids) ``stored`` shares with ``key[start:]``;
+- ``common_prefix_len(stored: Tokens, key: Tokens, start: int) -> int``: the same for
+  token tuples (bigram trees).
 """
 
 from __future__ import annotations
 
+import operator
 import struct
+import sys
 from array import array
-from collections.abc import Iterable
-from typing import cast
+from collections.abc import Iterable, Sequence
+from types import TracebackType
+from typing import SupportsIndex, cast
 
 import torch
 
-from radixkv.tokens import (
-    Tokens,
-    common_prefix_len,
-    int64_packer,
-    signs_clear,
-    validate_tokens,
-)
+from radixkv.base import RadixKey
+from radixkv.errors import TokenTypeError, UsageError
 
+Token = int | tuple[int, ...]
+Tokens = tuple[Token, ...]
 KeyData = bytes | Tokens  # what a node stores
 KeyView = bytes | memoryview | Tokens  # a key being looked up (a view of the caller's buffer)
-Probe = memoryview | Tokens  # key data to compare with: a zero-copy view of packed bytes
+
 PACKED = 8  # bytes per token in packed key data
+MAX_TOKEN_ID = 2**63
+SIGN_BYTE = 7 if sys.byteorder == "little" else 0  # of a native int64
 
 
-def width(data: KeyView) -> int:
-    """Items of ``data`` per token: 8 bytes when packed, one tuple item otherwise."""
-    return 1 if type(data) is tuple else PACKED
+# ---- the compiled-helper boundary -----------------------------------------------------
+
+_PACKERS: dict[int, struct.Struct] = {}  # key length -> native-endian int64 packer
 
 
-def token_count(data: KeyView) -> int:
-    return len(data) // width(data)
+def _int64_packer(n: int) -> struct.Struct:
+    """A cached ``struct`` packer of ``n`` native int64s (keys reuse a few lengths)."""
+    packer = _PACKERS.get(n)
+    if packer is None:
+        if len(_PACKERS) >= 4096:
+            _PACKERS.clear()
+        packer = _PACKERS[n] = struct.Struct(f"={n}q")
+    return packer
 
 
-def decode(data: KeyView) -> Tokens:
-    """The tokens of ``data`` as a tuple (for display, hashing and the harness; not hot)."""
-    if isinstance(data, tuple):
-        return data
-    return cast(Tokens, tuple(int64_packer(len(data) // PACKED).unpack(data)))
+def pack_ids(ids: list[object] | tuple[object, ...]) -> bytes | None:
+    """``ids`` as native int64s, or ``None`` if one is not an int in the int64 range.
 
-
-def encode(token_ids: Iterable[object], packed: bool) -> KeyData:
-    """``token_ids`` validated, as packed bytes if ``packed`` and every token is an int."""
-    data = read_key(token_ids, packed)
-    require_non_negative(data, 0, token_ids)
-    if isinstance(data, tuple):
-        return data
-    stored = bytes(data)
-    release(data)
-    return stored
-
-
-def read_key(token_ids: Iterable[object], packed: bool) -> KeyView:
-    """``token_ids`` as key data: packed if ``packed`` allows and every token is an int.
-
-    Raises a usage error naming the first bad token, except that packed data is not yet
-    checked for negative ids: see ``require_non_negative``. Returns a tuple for a key
-    holding a bigram token, or whenever ``packed`` is False (a tree holding tuples).
+    Signs are not checked (``signs_clear`` does that).
     """
+    try:
+        return _int64_packer(len(ids)).pack(*ids)
+    except struct.error:
+        return None
+
+
+def signs_clear(packed: bytes, start: int = 0) -> bool:
+    """No native int64 in ``packed`` from byte ``start`` on has its sign bit set."""
+    return packed[start + SIGN_BYTE :: PACKED].isascii()
+
+
+def common_prefix_bytes(stored: bytes, key: memoryview, start: int) -> int:
+    """Bytes (whole ids) ``stored`` shares with ``key`` from byte ``start`` on.
+
+    A full match is one ``memcmp`` with no copy; a partial one bisects, so the number of
+    Python steps is logarithmic in the length.
+    """
+    n = min(len(stored), len(key) - start)
+    if stored.startswith(key[start : start + n]):
+        return n
+    lo, hi = 0, n  # whole ids: stored[:lo] matches; stored[:hi] does not
+    while hi - lo > PACKED:
+        mid = (lo + hi) // (2 * PACKED) * PACKED
+        if stored.startswith(key[start + lo : start + mid], lo):
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+def common_prefix_len(stored: Tokens, key: Tokens, start: int) -> int:
+    """Length of the common prefix of ``stored`` and ``key[start:]``.
+
+    Bisects with slice comparisons, so the work per token happens in C: the number of
+    Python steps is logarithmic in the length.
+    """
+    n = min(len(stored), len(key) - start)
+    if (stored if n == len(stored) else stored[:n]) == key[start : start + n]:
+        return n
+    lo, hi = 0, n  # stored[:lo] matches; stored[:hi] does not
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if stored[lo:mid] == key[start + lo : start + mid]:
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+# ---- reading a key ---------------------------------------------------------------------
+
+
+class KeyRead:
+    """A caller's key, read: its whole pages as key data, and what an error message needs.
+
+    Positions given to and returned by its methods count tokens; ``data`` and ``shared``
+    count items of the key data (bytes when packed, tokens in a tuple), ``width`` a token.
+    Leaving the ``with`` block releases the view of the caller's buffer.
+    """
+
+    __slots__ = ("_token_ids", "data", "extra_key", "length", "packed", "probe", "width")
+
+    def __init__(self, data: KeyView, extra_key: str | None, token_ids: Iterable[object]) -> None:
+        self.data = data
+        self.extra_key = extra_key
+        self.packed = type(data) is not tuple
+        self.width = PACKED if self.packed else 1
+        self.length = len(data) // self.width
+        # A zero-copy view of packed bytes, so the comparisons slice without copying.
+        self.probe: memoryview | Tokens = (
+            memoryview(data) if type(data) is bytes else cast("memoryview | Tokens", data)
+        )
+        self._token_ids = token_ids
+
+    def __enter__(self) -> KeyRead:
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.release()
+
+    def release(self) -> None:
+        """Let go of the caller's buffer, so the caller may resize it again."""
+        if type(self.probe) is memoryview:
+            self.probe.release()
+
+    def shared(self, stored: KeyData, at: int) -> int:
+        """Items ``stored`` shares with the key from item ``at`` on (whole tokens' worth)."""
+        if type(stored) is bytes:
+            if type(self.probe) is not memoryview:  # one tree holds one form; never guess
+                raise AssertionError("packed key data compared with a token tuple")
+            return common_prefix_bytes(stored, self.probe, at)
+        if type(self.probe) is not tuple:
+            raise AssertionError("token tuple compared with packed key data")
+        return common_prefix_len(cast(Tokens, stored), self.probe, at)
+
+    def page(self, at: int, page_items: int) -> KeyData:
+        """``page_items`` items from item ``at``: a child's dict key part, as stored data."""
+        piece = self.data[at : at + page_items]
+        return bytes(piece) if type(piece) is memoryview else piece
+
+    def require_valid_from(self, start: int) -> None:
+        """Raise the usage error naming a negative id at token ``start`` or later."""
+        if self.packed and not _views_signs_clear(self.probe, start * PACKED):
+            self._raise_exact()
+
+    def new_part(self, start: int) -> KeyData:
+        """Tokens from ``start`` on, copied out of the caller's buffer and checked (on the
+        copy, which an insert stores anyway)."""
+        part = span(self.data, start, self.length)
+        if type(part) is bytes and not signs_clear(part):
+            self._raise_exact()
+        return part
+
+    def tokens(self) -> Tokens:
+        """The aligned key as a token tuple (for ``value=None``; not hot)."""
+        return decode(self.data)
+
+    def _raise_exact(self) -> None:
+        self.release()
+        validate_tokens(self._token_ids)  # raises, naming the first bad id
+        raise AssertionError("a negative id the exact checks accept")
+
+
+def read_key(key: object, page_size: int, packed: bool) -> KeyRead:
+    """``key``'s whole pages, read (packed if ``packed`` allows), and its namespace.
+
+    Raises a usage error for a key that is not a RadixKey, a bad namespace or a bad token
+    id (a negative one only if it lies in the dropped tail: see ``KeyRead``). The data is
+    a tuple for a key holding a bigram token, or whenever ``packed`` is False (a tree
+    holding tuples).
+    """
+    if not isinstance(key, RadixKey):
+        raise TokenTypeError(f"key must be a RadixKey, got {type(key).__name__}")
+    extra_key = key.extra_key
+    if extra_key is not None and not isinstance(extra_key, str):
+        raise TokenTypeError(f"extra_key must be a str or None, got {type(extra_key).__name__}")
+    data = _key_data(key.token_ids, packed)
+    n = token_count(data)
+    aligned = n // page_size * page_size
+    if aligned < n:
+        KeyRead(data, extra_key, key.token_ids).require_valid_from(aligned)  # ignored, checked
+        data = data[: aligned * width(data)]
+    return KeyRead(data, extra_key, key.token_ids)
+
+
+def _key_data(token_ids: Iterable[object], packed: bool) -> KeyView:
     if packed:
         data = _pack(token_ids)
         if data is not None:
             return data
     tokens = validate_tokens(token_ids)
     if packed and not any(type(t) is tuple for t in tokens):
-        return int64_packer(len(tokens)).pack(*tokens)
+        return _int64_packer(len(tokens)).pack(*tokens)
     return tokens
-
-
-def require_non_negative(data: KeyView, start: int, token_ids: Iterable[object]) -> None:
-    """Raise the usage error naming a negative id at item ``start`` of ``data`` or later."""
-    if isinstance(data, tuple):
-        return  # read_key checked every token
-    if not _signs_clear(data, start):
-        release(data)
-        validate_tokens(token_ids)  # raises, naming the first bad id
-        raise AssertionError("a negative id the exact checks accept")
-
-
-_CHUNK = 1 << 15  # bytes of a view copied at a time: small copies reuse warm memory
-
-
-def _signs_clear(data: bytes | memoryview, start: int) -> bool:
-    """No packed id from item ``start`` on has its sign bit set."""
-    if isinstance(data, bytes):
-        return signs_clear(data, start)
-    # Bytes are needed to test at C speed; copying the view whole costs a large fresh
-    # allocation per call (about twice the time of these slices on 16k-token keys).
-    for at in range(start, len(data), _CHUNK):
-        if not signs_clear(data[at : at + _CHUNK].tobytes()):
-            return False
-    return True
-
-
-def release(data: KeyView) -> None:
-    """Let go of a view of the caller's buffer, so the caller may resize it again."""
-    if type(data) is memoryview:
-        data.release()
 
 
 def _pack(token_ids: Iterable[object]) -> bytes | memoryview | None:
     """Packed int64 ids (signs unchecked), or None to let the exact checks decide."""
     kind = type(token_ids)
     if kind is list or kind is tuple:
-        ids = cast(list[object], token_ids)
-        try:
-            return int64_packer(len(ids)).pack(*ids)
-        except struct.error:
-            return None  # not an int, or out of the int64 range
+        return pack_ids(cast("list[object]", token_ids))
     if kind is array or kind is memoryview:
         buffer = memoryview(cast("array[int] | memoryview", token_ids))
         if buffer.format not in ("q", "l", "Q", "L") or buffer.itemsize != PACKED:
@@ -146,44 +275,52 @@ def _tensor_bytes(ids: torch.Tensor) -> bytes | None:
     return out.tobytes()
 
 
-def as_probe(data: KeyView) -> Probe:
-    """``data`` ready for ``shared_items``: packed bytes as a view that slices without copying."""
-    return memoryview(data) if type(data) is bytes else cast(Probe, data)
+_CHUNK = 1 << 15  # bytes of a view copied at a time: small copies reuse warm memory
 
 
-def shared_items(stored: KeyData, probe: Probe, start: int) -> int:
-    """Items (whole tokens' worth) ``stored`` shares with ``probe`` from item ``start`` on.
-
-    Positions count items of the key data: bytes when packed, tokens in a tuple. A full
-    match is one ``memcmp`` with no copy; a partial one bisects, so the number of Python
-    steps is logarithmic in the length.
-    """
-    if type(stored) is bytes:
-        if type(probe) is not memoryview:  # one tree holds one form; never guess
-            raise AssertionError("packed key data compared with a token tuple")
-        return _shared_bytes(stored, probe, start)
-    if type(probe) is not tuple:
-        raise AssertionError("token tuple compared with packed key data")
-    return common_prefix_len(cast(Tokens, stored), probe, start)
+def _views_signs_clear(data: memoryview | Tokens, start: int) -> bool:
+    """No packed id from byte ``start`` of ``data`` on has its sign bit set."""
+    view = cast(memoryview, data)
+    if isinstance(view.obj, bytes) and len(view) == len(view.obj):  # our own bytes, whole
+        return signs_clear(view.obj, start)
+    # Bytes are needed to test at C speed; copying the view whole costs a large fresh
+    # allocation per call (about twice the time of these slices on 16k-token keys).
+    for at in range(start, len(view), _CHUNK):
+        if not signs_clear(view[at : at + _CHUNK].tobytes()):
+            return False
+    return True
 
 
-def _shared_bytes(stored: bytes, view: memoryview, begin: int) -> int:
-    n = min(len(stored), len(view) - begin)
-    if stored.startswith(view[begin : begin + n]):
-        return n
-    lo, hi = 0, n  # whole tokens: stored[:lo] matches; stored[:hi] does not
-    while hi - lo > PACKED:
-        mid = (lo + hi) // (2 * PACKED) * PACKED
-        if stored.startswith(view[begin + lo : begin + mid], lo):
-            lo = mid
-        else:
-            hi = mid
-    return lo
+# ---- key data --------------------------------------------------------------------------
 
 
-def page_at(data: KeyView, start: int, page_size: int) -> KeyData:
-    """The ``page_size`` tokens of ``data`` from token ``start``: a child's dict key part."""
-    return span(data, start, start + page_size)
+def width(data: KeyView) -> int:
+    """Items of ``data`` per token: 8 bytes when packed, one tuple item otherwise."""
+    return 1 if type(data) is tuple else PACKED
+
+
+def token_count(data: KeyView) -> int:
+    return len(data) // width(data)
+
+
+def decode(data: KeyView) -> Tokens:
+    """The tokens of ``data`` as a tuple (for display, hashing and the harness; not hot)."""
+    if isinstance(data, tuple):
+        return data
+    return cast(Tokens, tuple(_int64_packer(len(data) // PACKED).unpack(data)))
+
+
+def encode(token_ids: Iterable[object], packed: bool) -> KeyData:
+    """``token_ids`` validated, as packed bytes if ``packed`` and every token is an int."""
+    data = _key_data(token_ids, packed)
+    if isinstance(data, tuple):
+        return data
+    stored = bytes(data)
+    if type(data) is memoryview:
+        data.release()
+    if not signs_clear(stored):
+        validate_tokens(token_ids)
+    return stored
 
 
 def span(data: KeyView, start: int, end: int) -> KeyData:
@@ -191,3 +328,69 @@ def span(data: KeyView, start: int, end: int) -> KeyData:
     if isinstance(data, tuple):
         return data[start:end]
     return bytes(data[start * PACKED : end * PACKED])
+
+
+def page_at(data: KeyView, start: int, page_size: int) -> KeyData:
+    """The ``page_size`` tokens of ``data`` from token ``start``: a child's dict key part."""
+    return span(data, start, start + page_size)
+
+
+# ---- the exact checks (error messages, and callers off the hot path) --------------------
+
+
+def validate_tokens(token_ids: Iterable[object]) -> Tokens:
+    """Return the token ids as a tuple, or raise a usage error naming the first bad one."""
+    if type(token_ids) is not list and hasattr(token_ids, "tolist"):  # tensors, numpy arrays
+        token_ids = token_ids.tolist()
+    tokens = tuple(token_ids)
+    if not tokens:
+        return ()
+    if _plain_ids(tokens):
+        return cast(Tokens, tokens)
+    kinds = set(map(type, tokens))
+    if kinds == {int}:
+        _check_range(cast(tuple[int, ...], tokens))
+        return cast(Tokens, tokens)
+    return tuple(_validate_token(t, i) for i, t in enumerate(tokens))
+
+
+def _plain_ids(tokens: tuple[object, ...]) -> bool:
+    """True only if every token is an exact ``int`` in [0, 2**63); at C speed.
+
+    ``False`` proves nothing: the exact checks then run and name the problem. Counting the
+    exact ``int`` types rejects bools, int subclasses and other numbers; the packing rejects
+    ids out of int64 range and the sign bit of each packed id catches negative ones.
+    """
+    if operator.countOf(map(type, tokens), int) != len(tokens):
+        return False
+    packed = pack_ids(tokens)
+    return packed is not None and signs_clear(packed)
+
+
+def _check_range(ids: Sequence[int]) -> None:
+    lo, hi = min(ids), max(ids)
+    if lo < 0:
+        raise UsageError(f"token ids must be >= 0, got {lo}")
+    if hi >= MAX_TOKEN_ID:
+        raise UsageError(f"token ids must be < 2**63, got {hi}")
+
+
+def _validate_token(token: object, position: int) -> Token:
+    if isinstance(token, tuple):
+        if not token:
+            raise UsageError(f"token {position} is an empty tuple")
+        ids = tuple(_as_int(t, position) for t in token)
+        _check_range(ids)
+        return ids
+    value = _as_int(token, position)
+    _check_range((value,))
+    return value
+
+
+def _as_int(value: object, position: int) -> int:
+    try:
+        return operator.index(cast(SupportsIndex, value))  # numpy ints have __index__
+    except TypeError:
+        raise TokenTypeError(
+            f"token {position} must be an int or a tuple of ints, got {type(value).__name__}"
+        ) from None

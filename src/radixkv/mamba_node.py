@@ -40,11 +40,11 @@ class MambaTreeNode(TreeNode):
 
     def __init__(
         self,
-        node_id: int,
-        key: RadixKey | KeyData,
-        value: torch.Tensor | None,
-        parent: TreeNode | None,
-        last_access_time: float,
+        node_id: int = 1,
+        key: RadixKey | KeyData | None = None,
+        value: torch.Tensor | None = None,
+        parent: TreeNode | None = None,
+        last_access_time: float = 0.0,
         extra_key: str | None = None,
     ) -> None:
         super().__init__(node_id, key, value, parent, last_access_time, extra_key)

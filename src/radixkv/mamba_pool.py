@@ -11,8 +11,8 @@ from collections.abc import Sequence
 import torch
 
 from radixkv.allocator import DoubleFreeError
+from radixkv.arguments import require_int
 from radixkv.errors import TokenTypeError, UsageError
-from radixkv.tokens import require_int
 
 
 class MambaStatePool:

@@ -7,11 +7,14 @@ matched node that has a state (the root's initial state counts), hands the reque
 private copy of that state (copy-on-write) and reports how far the KV alone would have
 matched (``mamba_branching_seqlen``). Two LRU lists order the nodes: ``full_lru`` every
 live node, ``mamba_lru`` the nodes holding a slot. Mamba sizes count slots, not tokens.
+
+The tree itself (ids, token sizes, lock counts, recency stamps, split / add / delete) is
+the core ``Tree`` of tree.py; this cache adds the states, and keeps ``full_lru`` in step
+with the tree's shape through the tree's hooks.
 """
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol, cast
@@ -20,11 +23,10 @@ import torch
 
 from radixkv.arguments import (
     aligned_value,
-    checked_descent,
-    descent_and_new_part,
-    reject_unknown,
-    state_slot,
-    tree_key,
+    insert_keywords,
+    require_int,
+    require_no_boundary,
+    unlock_boundary,
 )
 from radixkv.base import (
     BasePrefixCache,
@@ -33,16 +35,16 @@ from radixkv.base import (
     MatchResult,
     RadixKey,
     empty_indices,
+    free_indices,
 )
-from radixkv.errors import LockError, StaleNodeError, TokenTypeError, UsageError
+from radixkv.errors import LockError, UsageError
 from radixkv.events import EventListener, PageEvents
 from radixkv.invariants import check_tree
-from radixkv.keys import KeyData, release, token_count
+from radixkv.keys import KeyData, read_key, token_count
 from radixkv.lru_list import LRUList
 from radixkv.mamba_invariants import check_mamba
 from radixkv.mamba_node import MambaTreeNode
-from radixkv.tokens import require_int
-from radixkv.tree import edge, iter_subtree, path_to_root, split_node, tree_lines
+from radixkv.tree import Tree
 
 __all__ = ["LRUList", "MambaMatchResult", "MambaRadixCache", "MambaTreeNode"]
 
@@ -76,8 +78,6 @@ class MambaRadixCache(BasePrefixCache):
     ``token_to_kv_pool_allocator.free`` receives every KV index the cache lets go,
     ``mamba_pool.free_track_slot`` every state slot, ``on_node_evict`` the id of every
     deleted node. ``clock`` stamps recency (default: a per-cache counter).
-    ``event_listener`` receives a record for every page stored or removed and for every
-    reset (``radixkv.events``).
     """
 
     def __init__(
@@ -94,22 +94,25 @@ class MambaRadixCache(BasePrefixCache):
         self.token_to_kv_pool_allocator = token_to_kv_pool_allocator
         self.mamba_pool: MambaPool | None = mamba_pool
         self.on_node_evict = on_node_evict
-        # None unless someone listens; a dropped state changes no page (SPEC.md, KV events)
-        self._events = None if event_listener is None else PageEvents(event_listener, page_size)
         self.device = torch.device(getattr(token_to_kv_pool_allocator, "device", "cpu"))
-        self._clock = clock if clock is not None else itertools.count(1).__next__
-        self._node_ids = itertools.count()
+        self.tree: Tree[MambaTreeNode] = Tree(MambaTreeNode, page_size, self.device, clock)
+        self.tree.on_added.append(self._added)
+        self.tree.on_deleted.append(self._deleted)
+        self.tree.on_split.append(self._split)
+        # None unless someone listens; a dropped state changes no page (SPEC.md, KV events)
+        self._events = PageEvents.on(self.tree, event_listener)
         self._start_empty()
 
     def _start_empty(self) -> None:
-        self.root = MambaTreeNode(next(self._node_ids), b"", empty_indices(self.device), None, 0)
-        self.root.lock_ref = 1
         self.root.mamba_value = torch.empty(0, dtype=torch.int64)  # the initial state
         self.full_lru = LRUList(mamba=False)
         self.mamba_lru = LRUList(mamba=True)
         self._slots: dict[int, MambaTreeNode] = {}  # every state slot the tree owns
-        self._evictable_size = self._protected_size = 0
         self._mamba_evictable_size = self._mamba_protected_size = 0
+
+    @property
+    def root(self) -> MambaTreeNode:
+        return self.tree.root
 
     @property
     def pool(self) -> Any:
@@ -118,14 +121,14 @@ class MambaRadixCache(BasePrefixCache):
     # ---- sizes: tokens for the full KV, state slots for mamba ---------------------------
 
     def evictable_size(self) -> int:
-        return self._evictable_size
+        return self.tree.evictable_size
 
     def protected_size(self) -> int:
-        return self._protected_size
+        return self.tree.protected_size
 
     def total_size(self) -> int:
         """Cached tokens, mamba tombstones included."""
-        return self._evictable_size + self._protected_size
+        return self.tree.evictable_size + self.tree.protected_size
 
     def mamba_evictable_size(self) -> int:
         """State slots held by nodes without a lock handle of their own."""
@@ -150,7 +153,7 @@ class MambaRadixCache(BasePrefixCache):
 
         Outstanding lock handles become stale; callers quiesce (no running request) first.
         """
-        doomed = [self._mamba(n) for n in iter_subtree(self.root)]
+        doomed = self.tree.clear()
         for node in doomed:
             self._free_kv(node)
             self._free_state(node)
@@ -171,12 +174,10 @@ class MambaRadixCache(BasePrefixCache):
         length the KV alone matches when that is longer than ``prefix_len``, else ``None``.
         Refreshes the recency of the returned path in both lists, child before parent.
         """
-        data, extra_key = tree_key(self.root, key, self.page_size)
-        try:
-            walk = checked_descent(self.root, data, extra_key, self.page_size, key)
-        finally:
-            release(data)
-        kv_len = walk.matched + walk.partial_len
+        with read_key(key, self.page_size, self.tree.packed) as found:
+            walk = self.tree.descend(found)
+            found.require_valid_from(walk.end)  # the part the tree holds is valid
+        kv_len = walk.end
         path = [self._mamba(n) for n in walk.path]
         while path and path[-1].mamba_value is None:
             path.pop()  # a tombstone's KV is useless without the state after it
@@ -229,26 +230,26 @@ class MambaRadixCache(BasePrefixCache):
         the caller frees its duplicates ``[cache_protected_len, prefix_len)``. The node
         ending at the key adopts the slot unless it already has a state: then
         ``mamba_exist`` is True and the slot stays the caller's to free. New tokens need a
-        slot (a leaf without state could never be matched).
+        slot (a leaf without state could never be matched). ``prev_prefix_len`` and
+        ``swa_evicted_seqlen`` are checked and mean nothing here: there is no sliding window.
         """
-        reject_unknown(kwargs)
-        data, extra_key = tree_key(self.root, key, self.page_size)
-        try:
-            value = aligned_value(data, value, self.device)
-            walk, new = descent_and_new_part(self.root, data, extra_key, self.page_size, key)
-        finally:
-            release(data)
-        slot = state_slot(mamba_value)
+        slot = insert_keywords({**kwargs, "mamba_value": mamba_value}).mamba_slot
+        with read_key(key, self.page_size, self.tree.packed) as found:
+            indices = aligned_value(found, value, self.device)
+            walk = self.tree.descend(found)
+            new = found.new_part(walk.end)  # a checked copy: the tree stores it
         self._check_insert(new, slot)
         node = self._mamba(walk.path[-1]) if walk.path else self.root
         matched = walk.matched
         if walk.partial is not None:
-            node = self._split(self._mamba(walk.partial), walk.partial_len)
+            node = self.tree.split(self._mamba(walk.partial), walk.partial_len)
             matched += walk.partial_len
         mamba_exist = False
         if new:
             assert slot is not None
-            node = self._add_leaf(node, new, extra_key, value[matched:], slot)
+            # A private copy: callers pass views of request rows they go on overwriting.
+            node = self.tree.add_leaf(node, new, found.extra_key, indices[matched:].clone())
+            self._adopt_state(node, slot)
         elif node.mamba_value is not None:
             mamba_exist = True
         elif slot is not None:
@@ -265,31 +266,20 @@ class MambaRadixCache(BasePrefixCache):
                 "a leaf without state could never be matched"
             )
 
-    def _split(self, node: MambaTreeNode, split_len: int) -> MambaTreeNode:
-        """Cut ``node``; the upper part gets no state: the slot holds the state after the
+    # ---- the tree's hooks: the full LRU list follows its shape -----------------------------
+
+    def _split(self, upper: MambaTreeNode, node: MambaTreeNode) -> None:
+        """The upper part of a split gets no state: the slot holds the state after the
         whole key, which is not the state after the upper part's tokens."""
-        upper = split_node(node, split_len, next(self._node_ids), self.page_size)
         upper.mamba_value = None
         upper.mamba_lock_ref = 0  # mamba locks stay with the state, on the lower part
         self.full_lru.insert_after(node, upper)
-        return upper
 
-    def _add_leaf(
-        self,
-        parent: MambaTreeNode,
-        data: KeyData,
-        extra_key: str | None,
-        value: torch.Tensor,
-        slot: int,
-    ) -> MambaTreeNode:
-        leaf = MambaTreeNode(next(self._node_ids), data, value, parent, 0, extra_key)
-        parent.children[edge(leaf, self.page_size)] = leaf
-        self._evictable_size += leaf.length
+    def _added(self, leaf: MambaTreeNode) -> None:
         self.full_lru.insert_mru(leaf)
-        self._adopt_state(leaf, slot)
-        if self._events is not None:
-            self._events.node_stored(leaf)
-        return leaf
+
+    def _deleted(self, node: MambaTreeNode) -> None:
+        self.full_lru.remove(node)
 
     def _adopt_state(self, node: MambaTreeNode, slot: int) -> None:
         node.mamba_value = torch.tensor([slot], dtype=torch.int64)
@@ -299,10 +289,7 @@ class MambaRadixCache(BasePrefixCache):
 
     def _touch(self, node: MambaTreeNode) -> None:
         """Stamp the path root..node with the clock; in both lists, node first."""
-        now = self._clock()
-        self.root.last_access_time = now
-        for n in path_to_root(node):
-            n.last_access_time = now
+        self.tree.touch(node)
         self.full_lru.touch_node_and_parents_mru(node, self.root)
         self.mamba_lru.touch_node_and_parents_mru(node, self.root)
 
@@ -340,26 +327,15 @@ class MambaRadixCache(BasePrefixCache):
         """Delete ``leaf``, then every ancestor it leaves a childless unlocked tombstone."""
         parent = self._mamba(leaf.parent)
         self._delete(leaf, result)
-        while (
-            parent is not self.root
-            and not parent.children
-            and parent.mamba_value is None
-            and parent.lock_ref == 0
-        ):
+        while self.tree.is_evictable_leaf(parent) and parent.mamba_value is None:
             grandparent = self._mamba(parent.parent)
             self._delete(parent, result)
             parent = grandparent
 
     def _delete(self, node: MambaTreeNode, result: EvictResult) -> None:
-        assert node.lock_ref == 0 and not node.children
-        parent = self._mamba(node.parent)
-        del parent.children[edge(node, self.page_size)]
-        self._evictable_size -= len(node)
+        self.tree.delete_leaf(node)
         result.full_evicted += len(node)
-        if self._events is not None:
-            self._events.node_removed(node)
         self._free_kv(node)  # KV first, then the state: the order SPEC.md promises
-        self.full_lru.remove(node)
         if node.mamba_value is not None:
             self._free_state(node)
             self._drop_state(node, result)
@@ -376,8 +352,8 @@ class MambaRadixCache(BasePrefixCache):
         result.mamba_evicted += 1
 
     def _free_kv(self, node: MambaTreeNode) -> None:
-        if self.token_to_kv_pool_allocator is not None and node.value is not None:
-            self.token_to_kv_pool_allocator.free(node.value)
+        if node.value is not None:
+            free_indices(self.token_to_kv_pool_allocator, node.value)
 
     def _free_state(self, node: MambaTreeNode) -> None:
         slot = node.slot
@@ -398,51 +374,34 @@ class MambaRadixCache(BasePrefixCache):
         """
         if node is None or node is self.root:
             return None
-        node = self._require_live(node)
+        node = self.tree.require_live(node)
         if node.mamba_value is None:
             raise LockError(f"inc_lock_ref on a mamba tombstone (no state to protect): {node!r}")
-        node.held_locks += 1
         if node.mamba_lock_ref == 0:
             self._mamba_evictable_size -= 1
             self._mamba_protected_size += 1
-        node.mamba_lock_ref += 1
-        for n in path_to_root(node):
-            if n.lock_ref == 0:
-                self._evictable_size -= len(n)
-                self._protected_size += len(n)
-            n.lock_ref += 1
+        node.mamba_lock_ref += 1  # the state of this node only
+        self.tree.lock(node)  # the KV of the whole path
         return None
 
     def dec_lock_ref(self, node: Any, **kwargs: Any) -> None:
-        """Undo one ``inc_lock_ref(node)``; an unlock that no lock matches is a LockError."""
-        reject_unknown(kwargs)
+        """Undo one ``inc_lock_ref(node)``; an unlock that no lock matches is a LockError.
+
+        ``swa_boundary_id=`` may be given, as to every cache, and must be what
+        ``inc_lock_ref`` returned: ``None``.
+        """
+        boundary = unlock_boundary(kwargs)
         if node is None or node is self.root:
             return
-        node = self._require_live(node)
+        node = self.tree.require_live(node)
         if node.held_locks == 0:
             raise LockError(f"dec_lock_ref on a node that holds no lock: {node!r}")
-        node.held_locks -= 1
+        require_no_boundary(boundary)
         node.mamba_lock_ref -= 1
         if node.mamba_lock_ref == 0:
             self._mamba_protected_size -= 1
             self._mamba_evictable_size += 1
-        for n in path_to_root(node):
-            n.lock_ref -= 1
-            if n.lock_ref == 0:
-                self._protected_size -= len(n)
-                self._evictable_size += len(n)
-
-    def _require_live(self, node: object) -> MambaTreeNode:
-        if not isinstance(node, MambaTreeNode):
-            raise TokenTypeError(f"expected a MambaTreeNode, got {type(node).__name__}")
-        if node.evicted:
-            raise StaleNodeError(f"node {node.id} was evicted")
-        top = node
-        while top.parent is not None:
-            top = self._mamba(top.parent)
-        if top is not self.root:
-            raise StaleNodeError(f"node {node.id} does not belong to this cache")
-        return node
+        self.tree.unlock(node)
 
     @staticmethod
     def _mamba(node: object) -> MambaTreeNode:
@@ -453,14 +412,14 @@ class MambaRadixCache(BasePrefixCache):
 
     def nodes(self) -> Iterator[MambaTreeNode]:
         """Every live node below the root, parents before children."""
-        return (self._mamba(n) for n in iter_subtree(self.root))
+        return self.tree.nodes()
 
     def check_invariants(self) -> None:
         """Check the core tree invariants and INV-30..33; O(size of the tree).
 
         For tests and the state machines: raises InvariantViolation naming the INV id.
         """
-        check_tree(self)
+        check_tree(self.tree)
         check_mamba(self)
 
     def pretty_print(self) -> None:
@@ -475,4 +434,4 @@ class MambaRadixCache(BasePrefixCache):
             f"mamba_evictable={self.mamba_evictable_size()} "
             f"mamba_protected={self.mamba_protected_size()}"
         )
-        yield from tree_lines(self.root)
+        yield from self.tree.lines()

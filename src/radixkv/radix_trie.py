@@ -1,4 +1,9 @@
-"""RadixTrie / TrieNode: MAX's radix trie API (seed 003), on radixkv's tree mechanics.
+"""RadixTrie / TrieNode: MAX's radix trie API (``max.pipelines.kv_cache.radix_trie``).
+
+A trie of its own, not the core ``Tree``: its values are one block per page rather than one
+index per token, its locks are sets of sequence ids rather than counted handles, and its
+eviction trims a leaf's tail page by page. It shares the key checks and the prefix
+comparison of keys.py.
 
 The trie maps page-aligned token prefixes to *blocks*, one opaque hashable block per page
 (a KV page id). It differs from RadixCache where MAX's API does (SPEC.md, "RadixTrie"):
@@ -23,10 +28,11 @@ import itertools
 from collections.abc import Hashable, Iterable, Iterator, Sequence
 from typing import Any
 
+from radixkv.arguments import page_align, require_int
 from radixkv.errors import LockError, StaleNodeError, TokenTypeError, UsageError
 from radixkv.events import EventListener, PageEvents
 from radixkv.hashing import chain_page_hashes
-from radixkv.tokens import Tokens, common_prefix_len, page_align, require_int, validate_tokens
+from radixkv.keys import Tokens, common_prefix_len, validate_tokens
 
 
 class TrieNode:

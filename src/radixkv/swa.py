@@ -1,8 +1,11 @@
 """The attention parts of a RadixCache: full attention only, or with a sliding window.
 
-A RadixCache is one tree plus one of these parts. The part decides what a match may return,
-who owns the indices an insert brings, and what a second eviction phase frees; the tree
-mechanics (walk, split, delete) stay in the cache.
+A RadixCache is one ``Tree`` (tree.py) plus one of these parts. The part decides what a
+match may return, who owns the indices an insert brings, and what a second eviction phase
+frees. It changes the tree only through the tree's public surface (``split``,
+``add_leaf``) and follows its changes through the tree's hooks (``on_added``,
+``on_deleted``, ``on_split``); the cache hands it the one operation it needs from the
+cache, deleting a leaf with its cascade, as an argument of ``evict``.
 
 Sliding-window attention (SWA), window W. Every cached token has full-attention KV and
 sliding-window KV under the same index. A *tombstone* is a node whose SWA KV was freed
@@ -16,19 +19,20 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
-from radixkv.base import EvictResult
+from radixkv.arguments import require_no_boundary
+from radixkv.base import EvictResult, free_indices
 from radixkv.errors import LockError, UsageError
 from radixkv.invariants import require
-from radixkv.tree import TreeNode, iter_subtree, path_to_root
+from radixkv.keys import KeyData
+from radixkv.tree import Tree, TreeNode, path_to_root
 
-if TYPE_CHECKING:
-    from radixkv.radix_cache import RadixCache
+Delete = Callable[[TreeNode, EvictResult], None]  # the cache's delete-a-leaf-with-cascade
 
 
 class FullAttention:
@@ -46,6 +50,11 @@ class FullAttention:
         """Where the new suffix [start, end) turns live; ``end`` means: add nothing."""
         return start
 
+    def add_tombstone(
+        self, parent: TreeNode, data: KeyData, extra_key: str | None, value: torch.Tensor
+    ) -> TreeNode:
+        raise AssertionError("full attention never adds a tombstone (suffix_split)")
+
     def check_insert(self, prev_prefix_len: int, swa_evicted: int) -> None:
         pass
 
@@ -55,21 +64,17 @@ class FullAttention:
     def lock(self, node: TreeNode) -> int | None:
         return None
 
-    def check_unlock(self, node: TreeNode, token: int | None) -> None:
-        if token is not None:
-            raise LockError("swa_boundary_id given, but this cache has no sliding window")
+    def check_unlock(self, node: TreeNode, boundary: int | None) -> None:
+        require_no_boundary(boundary)
 
-    def unlock(self, node: TreeNode, token: int | None) -> None:
+    def unlock(self, node: TreeNode, boundary: int | None) -> None:
         pass
 
-    def added(self, node: TreeNode) -> None:
-        pass
-
-    def deleted(self, node: TreeNode) -> int:
-        """A node left the tree; returns the SWA tokens that freed."""
+    def swa_tokens(self, node: TreeNode) -> int:
+        """The SWA tokens deleting ``node`` frees."""
         return 0
 
-    def evict(self, swa_num_tokens: int, result: EvictResult) -> None:
+    def evict(self, swa_num_tokens: int, result: EvictResult, delete: Delete) -> None:
         pass
 
     def reset(self) -> None:
@@ -105,15 +110,18 @@ def start_of(node: TreeNode) -> int:
 class SlidingWindow(FullAttention):
     """The SWA part: tombstones, window-constrained matches, SWA locks, SWA eviction."""
 
-    def __init__(self, cache: RadixCache, window: int) -> None:
-        allocator = cache.token_to_kv_pool_allocator
+    def __init__(self, tree: Tree[TreeNode], allocator: Any, window: int) -> None:
         if allocator is not None and not callable(getattr(allocator, "free_swa", None)):
             raise UsageError(
                 "sliding_window_size needs an allocator with free_swa(indices): freeing "
                 "only the SWA KV of a tombstone with free() would free its full KV twice"
             )
-        self.cache = cache
+        self.tree = tree
+        self.allocator = allocator
         self.window = window
+        tree.on_added.append(self._added)
+        tree.on_deleted.append(self._deleted)
+        tree.on_split.append(self._split)
         self._evictable = 0
         self._protected = 0
         self._locks: dict[int, WindowLock] = {}
@@ -155,31 +163,41 @@ class SlidingWindow(FullAttention):
         self, node: TreeNode, start: int, value: torch.Tensor, prev: int, swa_evicted: int
     ) -> TreeNode:
         if start < prev:  # the upper part is the caller's protected prefix: the tree's own
-            self.cache._split(node, prev - start)
+            self.tree.split(node, prev - start)
             start = prev
         if node.swa_tombstone and start < swa_evicted < start + node.length:
             # The caller holds no SWA KV for the upper part: it stays a tombstone.
-            upper = self.cache._split(node, swa_evicted - start)
-            self.cache._free_indices(value[start : start + upper.length])
+            upper = self.tree.split(node, swa_evicted - start)
+            free_indices(self.allocator, value[start : start + upper.length])
             start = swa_evicted
         incoming = value[start : start + node.length]
         if node.swa_tombstone and swa_evicted <= start and node.lock_ref == 0:
-            self.cache._free(node)  # full KV only: its SWA KV is gone already
-            node.value = incoming
+            assert node.value is not None
+            free_indices(self.allocator, node.value)  # full KV only: its SWA KV is gone
+            node.value = incoming.clone()  # a private copy, as every part the tree keeps
             node.swa_tombstone = False
             self._evictable += node.length
         else:  # the tree keeps its indices (a running request may be using them)
-            self.cache._free_indices(incoming)
+            free_indices(self.allocator, incoming)
         return node
 
     def suffix_split(self, start: int, end: int, swa_evicted: int) -> int:
         """The caller already freed the SWA KV below ``swa_evicted``: that part is a tombstone."""
         return min(max(start, swa_evicted), end)
 
+    def add_tombstone(
+        self, parent: TreeNode, data: KeyData, extra_key: str | None, value: torch.Tensor
+    ) -> TreeNode:
+        """A new node for tokens whose SWA KV the caller already freed (it gets a child)."""
+        node = self.tree.add_leaf(parent, data, extra_key, value)
+        node.swa_tombstone = True
+        self._evictable -= node.length  # counted live by the on_added hook
+        return node
+
     # ---- locks ---------------------------------------------------------------------------
 
     def check_insert(self, prev_prefix_len: int, swa_evicted: int) -> None:
-        p = self.cache.page_size
+        p = self.tree.page_size
         for name, n in (("prev_prefix_len", prev_prefix_len), ("swa_evicted_seqlen", swa_evicted)):
             if n % p:
                 raise UsageError(f"{name} must be a multiple of page_size {p}, got {n}")
@@ -207,11 +225,11 @@ class SlidingWindow(FullAttention):
         self._locks[lock_id] = WindowLock(node, top)
         return lock_id
 
-    def check_unlock(self, node: TreeNode, token: int | None) -> None:
-        self._record(node, token)
+    def check_unlock(self, node: TreeNode, boundary: int | None) -> None:
+        self._record(node, boundary)
 
-    def unlock(self, node: TreeNode, token: int | None) -> None:
-        lock_id, record = self._record(node, token)
+    def unlock(self, node: TreeNode, boundary: int | None) -> None:
+        lock_id, record = self._record(node, boundary)
         del self._locks[lock_id]
         for n in self._window_nodes(record):
             n.swa_lock_ref -= 1
@@ -219,17 +237,18 @@ class SlidingWindow(FullAttention):
                 self._protected -= n.length
                 self._evictable += n.length
 
-    def _record(self, node: TreeNode, token: int | None) -> tuple[int, WindowLock]:
-        """The lock to undo: the one ``token`` names, or the newest on ``node``."""
-        if token is None:
+    def _record(self, node: TreeNode, boundary: int | None) -> tuple[int, WindowLock]:
+        """The lock to undo: the one ``boundary`` (a swa_boundary_id) names, or the newest
+        on ``node``."""
+        if boundary is None:
             mine = [i for i, r in self._locks.items() if r.node is node]
             if not mine:
                 raise LockError(f"dec_lock_ref on a node that holds no lock: {node!r}")
-            token = max(mine)
-        record = self._locks.get(token)
+            boundary = max(mine)
+        record = self._locks.get(boundary)
         if record is None or record.node is not node:
-            raise LockError(f"swa_boundary_id {token!r} is not a lock held on node {node.id}")
-        return token, record
+            raise LockError(f"swa_boundary_id {boundary!r} is not a lock held on node {node.id}")
+        return boundary, record
 
     def _window_nodes(self, record: WindowLock) -> list[TreeNode]:
         """The nodes a lock's window covers, bottom up (splits may have added some)."""
@@ -243,15 +262,18 @@ class SlidingWindow(FullAttention):
 
     # ---- sizes and deletion ----------------------------------------------------------------
 
-    def added(self, node: TreeNode) -> None:
-        if not node.swa_tombstone:
-            self._evictable += node.length
+    def _added(self, node: TreeNode) -> None:
+        self._evictable += node.length  # a new leaf is live and unlocked
 
-    def deleted(self, node: TreeNode) -> int:
-        if node.swa_tombstone:
-            return 0
-        self._evictable -= node.length
-        return node.length
+    def _deleted(self, node: TreeNode) -> None:
+        self._evictable -= self.swa_tokens(node)  # a deleted node holds no SWA lock
+
+    def _split(self, upper: TreeNode, lower: TreeNode) -> None:
+        upper.swa_lock_ref = lower.swa_lock_ref  # a window over the lower part covers it too
+        upper.swa_tombstone = lower.swa_tombstone
+
+    def swa_tokens(self, node: TreeNode) -> int:
+        return 0 if node.swa_tombstone else node.length
 
     def evictable_size(self) -> int:
         return self._evictable
@@ -265,7 +287,7 @@ class SlidingWindow(FullAttention):
 
     # ---- eviction ------------------------------------------------------------------------
 
-    def evict(self, swa_num_tokens: int, result: EvictResult) -> None:
+    def evict(self, swa_num_tokens: int, result: EvictResult, delete: Delete) -> None:
         """Phase 2: free SWA KV, least recently used first, until ``swa_num_tokens`` are freed.
 
         An SWA-unlocked internal node becomes a tombstone; an unlocked leaf goes whole
@@ -273,7 +295,7 @@ class SlidingWindow(FullAttention):
         """
         if result.swa_evicted >= swa_num_tokens:
             return
-        heap = [(n.recency(), n) for n in iter_subtree(self.cache.root) if self._can_drop_swa(n)]
+        heap = [(n.recency(), n) for n in self.tree.nodes() if self._can_drop_swa(n)]
         heapq.heapify(heap)
         while result.swa_evicted < swa_num_tokens and heap:
             _, node = heapq.heappop(heap)
@@ -282,16 +304,15 @@ class SlidingWindow(FullAttention):
             if node.children:
                 self._tombstone(node, result)
             else:
-                self.cache._delete_with_tombstones(node, result)
+                delete(node, result)
 
     def _can_drop_swa(self, node: TreeNode) -> bool:
         # A locked leaf is always SWA-locked too: its window starts with it.
         return not node.swa_tombstone and node.swa_lock_ref == 0
 
     def _tombstone(self, node: TreeNode, result: EvictResult) -> None:
-        allocator: Any = self.cache.token_to_kv_pool_allocator
-        if allocator is not None:
-            allocator.free_swa(node.value)
+        if self.allocator is not None:
+            self.allocator.free_swa(node.value)
         node.swa_tombstone = True
         self._evictable -= node.length
         result.swa_evicted += node.length
@@ -305,7 +326,7 @@ class SlidingWindow(FullAttention):
             require("INV-21", not record.node.evicted, "an SWA lock outlived its node")
             for n in self._window_nodes(record):
                 windows[id(n)] = windows.get(id(n), 0) + 1
-        for node in iter_subtree(self.cache.root):
+        for node in self.tree.nodes():
             size = node.length
             require("INV-20", not (node.swa_tombstone and not node.children), "tombstone leaf")
             require("INV-21", node.swa_lock_ref == windows.get(id(node), 0), "swa_lock_ref")

@@ -7,24 +7,25 @@ the device.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import TypeVar
+import heapq
+import itertools
+from collections.abc import Callable, Iterator
+from typing import Generic, TypeVar, cast
 
 import torch
 
 from radixkv.base import RadixKey
+from radixkv.errors import StaleNodeError, TokenTypeError
 from radixkv.keys import (
     KeyData,
-    KeyView,
-    as_probe,
+    KeyRead,
+    Tokens,
     decode,
     encode,
     page_at,
-    shared_items,
     token_count,
     width,
 )
-from radixkv.tokens import Tokens
 
 ChildKey = tuple[str | None, KeyData]
 
@@ -59,16 +60,22 @@ class TreeNode:
 
     def __init__(
         self,
-        node_id: int,
-        key: RadixKey | KeyData,
-        value: torch.Tensor | None,
-        parent: TreeNode | None,
-        last_access_time: float,
+        node_id: int = 1,
+        key: RadixKey | KeyData | None = None,
+        value: torch.Tensor | None = None,
+        parent: TreeNode | None = None,
+        last_access_time: float = 0.0,
         extra_key: str | None = None,
     ) -> None:
-        """``key`` is a RadixKey, or key data with its namespace in ``extra_key``."""
+        """``key`` is a RadixKey, or key data with its namespace in ``extra_key``.
+
+        Every argument has the seed's default, so ``TreeNode()`` is a detached node with an
+        empty key, no value (``evicted``) and id 1.
+        """
         self.children: dict[ChildKey, TreeNode] = {}
         self.parent = parent
+        if key is None:
+            key = b""
         if isinstance(key, RadixKey):
             self.key = key
         else:
@@ -123,6 +130,9 @@ class TreeNode:
         )
 
 
+N = TypeVar("N", bound=TreeNode)
+
+
 def edge(node: TreeNode, page_size: int) -> ChildKey:
     """The dict key under which ``node``'s parent holds it: its namespace and first page.
 
@@ -131,11 +141,11 @@ def edge(node: TreeNode, page_size: int) -> ChildKey:
     return (node.extra_key, page_at(node.data, 0, page_size))
 
 
-def path_to_root(node: TreeNode) -> Iterator[TreeNode]:
+def path_to_root(node: N) -> Iterator[N]:
     """``node`` and its ancestors, excluding the root (the only node without a parent)."""
     while node.parent is not None:
         yield node
-        node = node.parent
+        node = cast(N, node.parent)
 
 
 def iter_subtree(root: TreeNode) -> Iterator[TreeNode]:
@@ -147,17 +157,14 @@ def iter_subtree(root: TreeNode) -> Iterator[TreeNode]:
         stack.extend(node.children.values())
 
 
-N = TypeVar("N", bound=TreeNode)
-
-
 def split_node(node: N, split_len: int, new_id: int, page_size: int) -> N:
     """Cut ``node`` after ``split_len`` tokens and return the new upper part.
 
     The original object stays the lower part and keeps its id, so a lock handle or an
     ``on_node_evict`` mapping that names it still ends at the same token position. Lock
     counts are copied up (every handle below the lower part is below the upper part too).
-    The upper part has the node's own class, built with TreeNode's constructor arguments,
-    so subclasses (MambaTreeNode) split here too and add their own fields afterwards.
+    The upper part has the node's own class, built with TreeNode's constructor arguments;
+    what a part (SWA, Mamba) keeps on a node it sets in ``Tree.on_split``.
     """
     assert node.parent is not None and node.value is not None
     assert 0 < split_len < node.length and split_len % page_size == 0
@@ -171,8 +178,6 @@ def split_node(node: N, split_len: int, new_id: int, page_size: int) -> N:
         node.extra_key,
     )
     upper.lock_ref = node.lock_ref
-    upper.swa_lock_ref = node.swa_lock_ref  # an SWA window over the lower part covers it too
-    upper.swa_tombstone = node.swa_tombstone
     upper.hit_count = node.hit_count
     if node.hash_values is not None:
         pages = split_len // page_size
@@ -198,21 +203,36 @@ class Descent:
         self.partial: TreeNode | None = None  # the next node, if the key ends inside it
         self.partial_len = 0  # page-aligned tokens of ``partial`` the key shares
 
+    @property
+    def end(self) -> int:
+        """Tokens of the key the tree holds: the whole nodes, then part of ``partial``."""
+        return self.matched + self.partial_len
 
-def descend(root: TreeNode, data: KeyView, extra_key: str | None, page_size: int) -> Descent:
-    """Follow the key ``data`` down from ``root`` as far as whole pages match; never splits."""
+
+def holds_packed(root: TreeNode) -> bool:
+    """Whether the tree under ``root`` holds packed key data (keys.py), not token tuples."""
+    return type(root.data) is bytes
+
+
+def descend(root: TreeNode, key: KeyRead, page_size: int) -> Descent:
+    """Follow ``key`` down from ``root`` as far as whole pages match; never splits.
+
+    The first key holding a bigram (tuple) token turns the tree's packed keys into tuples
+    first (one form per tree, keys.py).
+    """
+    if not key.packed and holds_packed(root):
+        recode_tree(root, page_size)
     out = Descent()
-    node, path = root, out.path
+    node, path, extra_key = root, out.path, key.extra_key
     # Positions are items of the key data (bytes when packed): no conversions in the loop.
-    w = width(data)
-    page, end, probe = page_size * w, len(data), as_probe(data)
+    w = key.width
+    page, end = page_size * w, len(key.data)
     at = 0
     while at < end:
-        first = data[at : at + page]
-        child = node.children.get((extra_key, first if isinstance(first, tuple) else bytes(first)))
+        child = node.children.get((extra_key, key.page(at, page)))
         if child is None:
             break
-        same = shared_items(child.data, probe, at) // page * page
+        same = key.shared(child.data, at) // page * page
         if same < len(child.data):
             out.partial, out.partial_len = child, same // w
             break
@@ -239,3 +259,200 @@ def tree_lines(root: TreeNode) -> Iterator[str]:
         node, depth = stack.pop()
         yield "  " * depth + repr(node)
         stack.extend((c, depth + 1) for c in reversed(list(node.children.values())))
+
+
+Hook = Callable[[N], None]
+SplitHook = Callable[[N, N], None]
+
+
+class Tree(Generic[N]):
+    """One radix tree and all its bookkeeping: node ids, sizes, locks, evictable leaves and
+    recency, and the three changes of shape (``split``, ``add_leaf``, ``delete_leaf``).
+
+    Every cache is one Tree plus what its capability adds (SWA tombstones and windows,
+    Mamba states); those parts read and change the tree only through this public surface
+    and learn about changes of shape from three hooks, lists of callables the tree calls
+    after each change (empty lists cost one truth test):
+
+    - ``on_added(leaf)``: a leaf was added (``add_leaf``);
+    - ``on_deleted(leaf)``: a leaf was unlinked (``delete_leaf``); its ``value`` is still
+      set, so a listener can read what it held; the cache frees it afterwards;
+    - ``on_split(upper, lower)``: ``lower`` was cut and ``upper`` took its place above it.
+
+    Sizes count tokens: ``evictable_size`` those in nodes no lock covers, ``protected_size``
+    those in locked nodes. Recency is the clock's tick stamped on a touched path; the
+    evictable leaves (unlocked, childless, not the root) are kept in a set, with a lazy
+    heap ordered by ``TreeNode.recency`` from which ``lru_leaf`` pops.
+    """
+
+    def __init__(
+        self,
+        node_class: type[N],
+        page_size: int,
+        device: torch.device,
+        clock: Callable[[], float] | None = None,
+    ) -> None:
+        self.node_class = node_class
+        self.page_size = page_size
+        self.device = device
+        self.clock = clock if clock is not None else itertools.count(1).__next__
+        self._ids = itertools.count()
+        self.on_added: list[Hook[N]] = []
+        self.on_deleted: list[Hook[N]] = []
+        self.on_split: list[SplitHook[N]] = []
+        self.root = self._new_root()
+        self.evictable_size = 0
+        self.protected_size = 0
+        self.leaves: set[N] = set()
+        self._heap: list[tuple[tuple[float, int], N]] = []
+
+    def _new_root(self) -> N:
+        root = self.node_class(
+            next(self._ids), b"", torch.empty(0, dtype=torch.int64, device=self.device)
+        )
+        root.lock_ref = 1  # the root is never evicted
+        return root
+
+    def clear(self) -> list[N]:
+        """Start over with a new, empty root; returns the nodes that were below the old one
+        (parents first), still holding their values, for the cache to free and report."""
+        doomed = list(self.nodes())
+        self.root = self._new_root()
+        self.evictable_size = self.protected_size = 0
+        self.leaves.clear()
+        self._heap.clear()
+        return doomed
+
+    def nodes(self) -> Iterator[N]:
+        """Every node below the root, parents before children."""
+        return cast("Iterator[N]", iter_subtree(self.root))
+
+    def lines(self) -> Iterator[str]:
+        """One line per node below the root, indented by depth (``pretty_print``)."""
+        return tree_lines(self.root)
+
+    # ---- keys ----------------------------------------------------------------------------
+
+    @property
+    def packed(self) -> bool:
+        """Whether the tree holds packed key data (keys.py), not token tuples."""
+        return holds_packed(self.root)
+
+    def descend(self, key: KeyRead) -> Descent:
+        """Where ``key`` leads (``descend``); never splits."""
+        return descend(self.root, key, self.page_size)
+
+    # ---- shape ---------------------------------------------------------------------------
+
+    def split(self, node: N, split_len: int) -> N:
+        """Cut ``node`` after ``split_len`` tokens; returns the new upper part (``split_node``)."""
+        upper = split_node(node, split_len, next(self._ids), self.page_size)
+        for hook in self.on_split:
+            hook(upper, node)
+        return upper
+
+    def add_leaf(self, parent: N, data: KeyData, extra_key: str | None, value: torch.Tensor) -> N:
+        """A new unlocked leaf below ``parent`` holding ``data`` -> ``value``."""
+        leaf = self.node_class(
+            next(self._ids), data, value, parent, parent.last_access_time, extra_key
+        )
+        parent.children[edge(leaf, self.page_size)] = leaf
+        self.evictable_size += leaf.length
+        self.leaves.discard(parent)
+        self.leaves.add(leaf)
+        self._push(leaf)
+        for hook in self.on_added:
+            hook(leaf)
+        return leaf
+
+    def delete_leaf(self, leaf: N) -> None:
+        """Unlink the unlocked leaf ``leaf``; its parent may become an evictable leaf."""
+        assert leaf.parent is not None and leaf.lock_ref == 0 and not leaf.children
+        parent = cast(N, leaf.parent)
+        del parent.children[edge(leaf, self.page_size)]
+        self.leaves.discard(leaf)
+        self._refresh_leaf(parent)  # the cascade: the parent may go next
+        self.evictable_size -= leaf.length
+        for hook in self.on_deleted:
+            hook(leaf)
+
+    # ---- recency and evictable leaves -----------------------------------------------------
+
+    def touch(self, node: N) -> None:
+        """Stamp ``node``, every ancestor and the root with one new tick of the clock."""
+        now = self.clock()
+        self.root.last_access_time = now
+        for n in path_to_root(node):
+            n.last_access_time = now
+        if node in self.leaves:  # only the deepest node can be a leaf
+            self._push(node)
+
+    def is_evictable_leaf(self, node: N) -> bool:
+        return node is not self.root and not node.children and node.lock_ref == 0
+
+    def lru_leaf(self) -> N | None:
+        """The least recently used evictable leaf (``TreeNode.recency``), or ``None``."""
+        heap = self._heap
+        while heap:
+            recency, leaf = heap[0]
+            if recency == leaf.recency() and leaf in self.leaves:
+                return leaf
+            heapq.heappop(heap)  # stale: since touched, deleted, locked or given a child
+        return None
+
+    def _refresh_leaf(self, node: N) -> None:
+        """Track whether ``node`` is an evictable leaf (O(1); called where that can change)."""
+        if self.is_evictable_leaf(node):
+            if node not in self.leaves:
+                self.leaves.add(node)
+                self._push(node)
+        else:
+            self.leaves.discard(node)
+
+    def _push(self, node: N) -> None:
+        heap = self._heap
+        if len(heap) > 2 * len(self.leaves) + 64:  # mostly stale: rebuild
+            heap[:] = [(n.recency(), n) for n in self.leaves]
+            heapq.heapify(heap)
+        heapq.heappush(heap, (node.recency(), node))
+
+    def queued(self) -> set[tuple[tuple[float, int], int]]:
+        """``(recency, id(node))`` of every heap entry (for ``check_invariants``)."""
+        return {(recency, id(n)) for recency, n in self._heap}
+
+    # ---- locks -----------------------------------------------------------------------------
+
+    def require_live(self, node: object) -> N:
+        """``node`` as a live node of this tree, or the usage error saying why not."""
+        if not isinstance(node, self.node_class):
+            raise TokenTypeError(
+                f"expected a {self.node_class.__name__}, got {type(node).__name__}"
+            )
+        if node.evicted:
+            raise StaleNodeError(f"node {node.id} was evicted")
+        top: TreeNode = node
+        while top.parent is not None:
+            top = top.parent
+        if top is not self.root:
+            raise StaleNodeError(f"node {node.id} does not belong to this cache")
+        return node
+
+    def lock(self, node: N) -> None:
+        """One lock handle on ``node``: the path node..root becomes protected."""
+        node.held_locks += 1
+        for n in path_to_root(node):
+            if n.lock_ref == 0:
+                self.evictable_size -= n.length
+                self.protected_size += n.length
+                self.leaves.discard(n)
+            n.lock_ref += 1
+
+    def unlock(self, node: N) -> None:
+        """Undo one ``lock(node)``; the caller checked that ``node`` holds one."""
+        node.held_locks -= 1
+        for n in path_to_root(node):
+            n.lock_ref -= 1
+            if n.lock_ref == 0:
+                self.protected_size -= n.length
+                self.evictable_size += n.length
+                self._refresh_leaf(n)

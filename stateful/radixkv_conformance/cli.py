@@ -48,8 +48,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     check.add_argument(
         "--max-failures", type=int, default=8, help="distinct findings to collect (default 8)"
     )
-    from radixkv import replay
+    from radixkv.driver import replay
 
+    replay.register_cache("sglang", replay.sglang_factory(_sglang_adapter))
     replay.add_parser(commands)
     args = parser.parse_args(argv)
     if args.command == "replay":
@@ -71,6 +72,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.target:
         targets = [(args.target, args.target, semantics_name)]
     return _check(targets, args.traces, args.max_failures)
+
+
+def _sglang_adapter() -> Any:
+    """The kit's sglang adapter (it loads sglang's bare tree): ``radixkv replay --cache sglang``."""
+    return importlib.import_module("radixkv_conformance.adapters.sglang")
 
 
 def _load(target: str) -> tuple[Any, Any]:

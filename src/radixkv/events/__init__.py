@@ -17,11 +17,11 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from radixkv.hashing import chain_page_hashes, hash_to_int64, namespace_seed
-from radixkv.tokens import Token
-from radixkv.tree import TreeNode, path_to_root
+from radixkv.keys import Token
+from radixkv.tree import Tree, TreeNode, path_to_root
 
 MEDIUM = "GPU"
 """The tier radixkv's caches describe: device KV (vLLM's and sglang's name for it)."""
@@ -153,6 +153,17 @@ class PageEvents:
     """
 
     __slots__ = ("listener", "page_size")
+
+    @classmethod
+    def on(cls, tree: Tree[Any], listener: EventListener | None) -> PageEvents | None:
+        """Subscribe to ``tree``'s added and deleted nodes; ``None`` (no hook, no cost)
+        without a listener. The cache reports resets itself (``cleared``)."""
+        if listener is None:
+            return None
+        events = cls(listener, tree.page_size)
+        tree.on_added.append(events.node_stored)
+        tree.on_deleted.append(events.node_removed)
+        return events
 
     def __init__(self, listener: EventListener, page_size: int) -> None:
         if not callable(listener):

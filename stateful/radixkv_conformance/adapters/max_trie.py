@@ -13,8 +13,8 @@ from collections.abc import Hashable
 from typing import Any
 
 import radixkv
+from radixkv.keys import validate_tokens
 from radixkv.radix_trie import TrieNode
-from radixkv.tokens import validate_tokens
 from radixkv_conformance.protocol import FreeSink, Sizes
 from radixkv_conformance.protocol import TokenPlace as Slot
 from radixkv_conformance.semantics import MAX_RADIX_TRIE

@@ -14,7 +14,9 @@ At the end everything is evicted and every pool index must have come back exactl
 Only the cache calls are timed (thread CPU time, ``time.thread_time``), with the garbage
 collector off inside the replay; allocation and bookkeeping are the driver's and untimed.
 
-Caches plug in through a small ``ReplayCache`` adapter. Keys are converted outside the timed
+Caches plug in through a small ``ReplayCache`` adapter; ``CACHES`` holds radixkv's, and a
+peer cache is handed in with ``register_cache`` (the CLI registers sglang's, built on the
+conformance kit's adapter, with ``sglang_factory``). Keys are converted outside the timed
 calls (``prepare``) to the form the caller holds them in: ``array('q')`` for sglang's
 ``RadixCache`` and for ``radixkv`` (the same bytes in, so the two compare like for like; the
 match limit is a zero-copy ``memoryview`` slice for radixkv and sglang's ``limit`` field);
@@ -28,7 +30,6 @@ import argparse
 import contextlib
 import gc
 import hashlib
-import importlib
 import json
 import os
 import resource
@@ -45,9 +46,9 @@ from typing import TYPE_CHECKING, Any, Protocol
 import torch
 
 from radixkv.base import RadixKey
+from radixkv.driver.workload import KINDS, Request, WorkloadConfig, generate, trace_digest
 from radixkv.events import EventListener, EventPublisher
 from radixkv.radix_cache import RadixCache
-from radixkv.workload import KINDS, Request, WorkloadConfig, generate, trace_digest
 
 if TYPE_CHECKING:  # the events extra is optional: imported where --events asks for it
     from radixkv.events.publisher import ZmqEventPublisher
@@ -164,15 +165,17 @@ class RadixkvListReplay(RadixkvReplay):
 
 
 class SglangReplay:
-    """sglang 0.5.23's Python ``RadixCache`` (``pip install --no-deps sglang==0.5.23``)."""
+    """sglang 0.5.23's Python ``RadixCache`` (``pip install --no-deps sglang==0.5.23``).
+
+    ``sglang`` is a module exposing sglang's ``radix_cache`` and ``base`` modules (the
+    conformance kit's sglang adapter is one: it loads the bare tree without sglang's
+    server dependencies); see ``sglang_factory``.
+    """
 
     name = "sglang"
 
-    def __init__(self, page_size: int, pool: ReplayPool) -> None:
-        mod = importlib.import_module(
-            "radixkv_conformance.adapters.sglang"
-        )  # imports the bare tree
-        self._rc, self._base = mod.radix_cache, mod.base
+    def __init__(self, page_size: int, pool: ReplayPool, sglang: Any) -> None:
+        self._rc, self._base = sglang.radix_cache, sglang.base
         self.cache = self._rc.RadixCache.create_simulated(mock_allocator=pool, page_size=page_size)
 
     def prepare(self, tokens: list[int]) -> Any:
@@ -205,11 +208,23 @@ class SglangReplay:
         return int(self.cache.evictable_size())
 
 
-CACHES: dict[str, Callable[[int, ReplayPool], ReplayCache]] = {
+CacheFactory = Callable[[int, ReplayPool], ReplayCache]  # (page_size, pool) -> cache
+
+CACHES: dict[str, CacheFactory] = {
     "radixkv": RadixkvReplay,
     "radixkv-list": RadixkvListReplay,
-    "sglang": SglangReplay,
 }
+
+
+def register_cache(name: str, factory: CacheFactory) -> None:
+    """Make ``factory`` replayable as ``name`` (``replay(name, ...)``, ``--cache name``)."""
+    CACHES[name] = factory
+
+
+def sglang_factory(load: Callable[[], Any]) -> CacheFactory:
+    """A factory of ``SglangReplay`` whose sglang modules ``load()`` returns, on first use."""
+    return lambda page_size, pool: SglangReplay(page_size, pool, load())
+
 
 # ---- the replay -----------------------------------------------------------------------
 
@@ -295,6 +310,86 @@ def no_host_sync(device: torch.device) -> Iterator[None]:
         torch.cuda.set_sync_debug_mode(previous)
 
 
+class _Scheduler:
+    """One replay's state: the pool, the cache, the report and the requests in flight."""
+
+    def __init__(self, cache: ReplayCache, pool: ReplayPool, report: ReplayReport) -> None:
+        self.cache, self.pool, self.report = cache, pool, report
+        self.page_size = report.page_size
+        self.digest = hashlib.sha256()
+        self.clock = time.thread_time
+        self.inflight: list[tuple[Request, Any, int, torch.Tensor, Any, Any]] = []
+        self.progress: Callable[[int], None] | None = None
+        self.events: EventPublisher | None = None
+
+    def publish(self) -> None:
+        """End of a scheduler step: send the cache's events since the last one, if asked."""
+        if self.events is not None:
+            self.events.publish()
+
+    def admit(self, request: Request, batch: int) -> None:
+        """Match and lock ``request``, allocate its indices; finish a full batch."""
+        cache, report = self.cache, self.report
+        full = request.full()
+        key = cache.prepare(full)
+        limit = len(request.prompt) - 1
+        t = self.clock()
+        matched, indices, node = cache.match(key, limit, request.extra_key)
+        report.seconds["match"] += self.clock() - t
+        t = self.clock()
+        token = cache.lock(node)
+        report.seconds["lock"] += self.clock() - t
+        report.tokens["match"] += limit
+        hit = report.hits.setdefault(request.kind, [0, 0])
+        hit[0] += matched
+        hit[1] += limit
+        need = len(full) - matched
+        self.make_room(need)
+        if need > self.pool.free_count and self.inflight:
+            self.finish()
+            self.make_room(need)
+        kv = torch.cat((indices, self.pool.alloc(need)))
+        self.inflight.append((request, key, matched, kv, node, token))
+        if len(self.inflight) >= batch:
+            self.finish()
+
+    def make_room(self, need: int) -> None:
+        """Evict exactly the shortfall of ``need`` free indices, if any."""
+        short = need - self.pool.free_count
+        if short > 0:
+            self.evict(short)
+
+    def evict(self, num_tokens: int) -> None:
+        t = self.clock()
+        freed = self.cache.evict(num_tokens)
+        self.report.seconds["evict"] += self.clock() - t
+        self.report.tokens["evict"] += freed
+
+    def finish(self) -> None:
+        """Insert every request in flight, free what the caller still owns, unlock."""
+        cache, report, pool = self.cache, self.report, self.pool
+        for request, key, matched, kv, node, token in self.inflight:
+            t = self.clock()
+            prefix_len = cache.insert(key, request.extra_key, kv)
+            report.seconds["insert"] += self.clock() - t
+            report.tokens["insert"] += len(kv)
+            aligned = len(kv) // self.page_size * self.page_size
+            if prefix_len > matched:
+                pool.free(kv[matched:prefix_len])
+            if aligned < len(kv):
+                pool.free(kv[aligned:])
+            t = self.clock()
+            cache.unlock(node, token)
+            report.seconds["lock"] += self.clock() - t
+            self.digest.update(struct.pack("<qq", matched, prefix_len))
+            report.requests += 1
+            report.cached_tokens_peak = max(report.cached_tokens_peak, cache.total_size())
+            if self.progress is not None:
+                self.progress(report.requests)
+        self.inflight.clear()
+        self.publish()
+
+
 def replay(
     cache_name: str,
     requests: Iterable[Request],
@@ -319,84 +414,27 @@ def replay(
     pool = ReplayPool(pool_size, device)
     cache = _make_cache(cache_name, page_size, pool, events)
     report = ReplayReport(cache_name, 0, page_size, pool_size)
-    seconds, tokens = report.seconds, report.tokens
-    digest = hashlib.sha256()
-    clock = time.thread_time
-    inflight: list[tuple[Request, Any, int, torch.Tensor, Any, Any]] = []
+    scheduler = _Scheduler(cache, pool, report)
+    scheduler.progress = progress
+    scheduler.events = events
     rss0 = _rss()
-
-    def make_room(need: int) -> None:
-        short = need - pool.free_count
-        if short > 0:
-            t = clock()
-            freed = cache.evict(short)
-            seconds["evict"] += clock() - t
-            tokens["evict"] += freed
-
-    def finish() -> None:
-        for request, key, matched, kv, node, token in inflight:
-            t = clock()
-            prefix_len = cache.insert(key, request.extra_key, kv)
-            seconds["insert"] += clock() - t
-            tokens["insert"] += len(kv)
-            aligned = len(kv) // page_size * page_size
-            if prefix_len > matched:
-                pool.free(kv[matched:prefix_len])
-            if aligned < len(kv):
-                pool.free(kv[aligned:])
-            t = clock()
-            cache.unlock(node, token)
-            seconds["lock"] += clock() - t
-            digest.update(struct.pack("<qq", matched, prefix_len))
-            report.requests += 1
-            report.cached_tokens_peak = max(report.cached_tokens_peak, cache.total_size())
-            if progress is not None:
-                progress(report.requests)
-        inflight.clear()
-        if events is not None:
-            events.publish()
-
     enabled = gc.isenabled()
     gc.collect()
     gc.disable()
     try:
         with no_host_sync(pool.device):
             for request in requests:
-                full = request.full()
-                key = cache.prepare(full)
-                limit = len(request.prompt) - 1
-                t = clock()
-                matched, indices, node = cache.match(key, limit, request.extra_key)
-                seconds["match"] += clock() - t
-                t = clock()
-                token = cache.lock(node)
-                seconds["lock"] += clock() - t
-                tokens["match"] += limit
-                hit = report.hits.setdefault(request.kind, [0, 0])
-                hit[0] += matched
-                hit[1] += limit
-                need = len(full) - matched
-                make_room(need)
-                if need > pool.free_count and inflight:
-                    finish()
-                    make_room(need)
-                kv = torch.cat((indices, pool.alloc(need)))
-                inflight.append((request, key, matched, kv, node, token))
-                if len(inflight) >= batch:
-                    finish()
-            finish()
-            t = clock()
-            tokens["evict"] += cache.evict(cache.total_size())
-            seconds["evict"] += clock() - t
-            if events is not None:
-                events.publish()
+                scheduler.admit(request, batch)
+            scheduler.finish()
+            scheduler.evict(cache.total_size())
+            scheduler.publish()
     finally:
         if enabled:
             gc.enable()
     if cache.total_size() != 0:
         raise AssertionError(f"{cache.total_size()} tokens left after evicting everything")
     pool.check_complete()
-    report.prefix_digest = digest.hexdigest()
+    report.prefix_digest = scheduler.digest.hexdigest()
     report.peak_rss_growth = max(0, _maxrss() - rss0)
     return report
 
@@ -418,7 +456,7 @@ def bytes_per_token(cache_name: str, cfg: WorkloadConfig, page_size: int = 1) ->
     The trace is generated first as compact arrays; each key handed to the cache is built
     fresh (new int objects for a list, else a new array), so whatever the
     cache keeps of it is counted. Run it in a fresh process for a clean figure
-    (``python -m radixkv.replay --memory CACHE``).
+    (``python -m radixkv.driver.replay --memory CACHE``).
     """
     trace = [(array("q", r.full()), r.extra_key) for r in generate(cfg)]
     pool = ReplayPool(sum(len(a) for a, _ in trace))
@@ -590,7 +628,10 @@ def _plot(args: argparse.Namespace, cfg: WorkloadConfig, path: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m radixkv.replay --memory CACHE [seed requests prompt_len page_size]``."""
+    """``python -m radixkv.driver.replay --memory CACHE [seed requests prompt_len page_size]``.
+
+    CACHE is one of ``CACHES`` (register a peer cache first to measure it).
+    """
     args = sys.argv[1:] if argv is None else argv
     if len(args) < 2 or args[0] != "--memory":
         print(main.__doc__)
