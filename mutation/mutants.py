@@ -32,6 +32,7 @@ SWA_MACHINE_AND_EXAMPLES = f"{SWA_MACHINE} tests/test_swa_insert.py tests/test_s
 MAMBA = "src/radixkv/mamba_radix_cache.py"
 LRU = "src/radixkv/lru_list.py"
 MAMBA_MACHINE = "tests/machines/test_mamba_machine.py"
+EVENTS = "src/radixkv/events/__init__.py"
 
 MUTANTS: tuple[Mutant, ...] = (
     Mutant(
@@ -464,5 +465,24 @@ MUTANTS: tuple[Mutant, ...] = (
         "        return not node.swa_tombstone and node.swa_lock_ref == 0",
         "        return not node.swa_tombstone and node.lock_ref == 0",
         SWA_MACHINE,
+    ),
+    # KV events: the radix machine's adapter records them (capability ``events``)
+    Mutant(
+        "events-removals-not-reported",
+        EVENTS,
+        "        tree.on_deleted.append(events.node_removed)\n",
+        "",
+    ),
+    Mutant(
+        "events-parent-link-dropped",
+        EVENTS,
+        "        parent_hash = None if parent.parent is None else _prior_hash(node)",
+        "        parent_hash = None",
+    ),
+    Mutant(
+        "events-reset-not-reported",
+        CACHE,
+        "        if self._events is not None:\n            self._events.cleared()",
+        "        pass",
     ),
 )
