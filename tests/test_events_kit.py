@@ -8,12 +8,21 @@ from typing import Any
 import pytest
 from hypothesis import Phase, settings
 from radixkv_conformance import run_conformance
-from radixkv_conformance.adapter import RadixCacheAdapter
+from radixkv_conformance.adapters.radixkv import (
+    MambaAdapter,
+    RadixCacheAdapter,
+    SlidingWindowAdapter,
+    mamba,
+    radix_cache,
+    sliding_window,
+)
 from radixkv_conformance.events_rules import EventsOracle, page_places
+from radixkv_conformance.profile import RADIXKV, RADIXKV_MAMBA, RADIXKV_SWA, Profile
 from radixkv_conformance.protocol import (
     CAPABILITIES,
+    CAPABILITY_PROTOCOLS,
+    AdapterError,
     EventsAdapter,
-    FreeSink,
     require_capabilities,
 )
 from radixkv_spec import SpecViolation
@@ -24,9 +33,14 @@ QUICK = settings(
 NO_SHRINK = settings(QUICK, phases=[Phase.explicit, Phase.generate])
 
 
-def test_radixkv_streams_exactly_what_it_caches() -> None:
-    report = run_conformance(RadixCacheAdapter, settings=QUICK, name="radixkv-events")
+@pytest.mark.parametrize(
+    ("factory", "profile"),
+    [(radix_cache, RADIXKV), (sliding_window, RADIXKV_SWA), (mamba, RADIXKV_MAMBA)],
+)
+def test_radixkv_streams_exactly_what_it_caches(factory: Any, profile: Profile) -> None:
+    report = run_conformance(factory, profile=profile, settings=QUICK)
     report.raise_for_failures()
+    assert "events" in report.capabilities
     assert report.stats["event records"] > 20  # the rule ran and saw real traffic
 
 
@@ -59,15 +73,29 @@ def test_a_broken_stream_is_a_finding(adapter: Any, invariants: tuple[str, ...])
     assert report.failures[0].invariant in invariants, report.failures[0].message
 
 
+def test_every_radixkv_adapter_claims_events() -> None:
+    for adapter in (RadixCacheAdapter, SlidingWindowAdapter, MambaAdapter):
+        assert "events" in adapter.capabilities
+
+
+class _NoEvents:
+    """An adapter claiming events without the method."""
+
+    page_size = 1
+    usage_errors = (ValueError,)
+    capabilities = frozenset({"events"})
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "take_events":
+            raise AttributeError(name)
+        return lambda *args, **kwargs: None
+
+
 def test_the_capability_is_declared_and_checked() -> None:
     assert "events" in CAPABILITIES
-    adapter = RadixCacheAdapter(1, lambda indices: None)
-    assert isinstance(adapter, EventsAdapter)
-
-    class Claims(RadixCacheAdapter):
-        capabilities = frozenset({"events"})
-
-    assert require_capabilities(Claims(1, lambda indices: None)) == {"events"}
+    assert CAPABILITY_PROTOCOLS["events"] == (EventsAdapter, {})
+    with pytest.raises(AdapterError, match=r"claims capability 'events'.*take_events\(\)"):
+        require_capabilities(_NoEvents())
 
 
 class _Stream:
@@ -86,12 +114,3 @@ def test_the_oracle_compares_pages_both_ways() -> None:
     with pytest.raises(SpecViolation, match=r"INV-43.*1 cached but not in the stream"):
         oracle.check(_Stream([]), {(None, (1,)): (5,), (None, (1, 2)): (6,), ("a", (3,)): (9,)})
     assert page_places({("a", (3,), 0): 1, ("a", (3,), 1): 2}) == {("a", (3,))}
-
-
-def _sink(indices: tuple[int, ...]) -> None:
-    """A free sink that discards."""
-
-
-def test_factory_signature_is_the_kits() -> None:
-    sink: FreeSink = _sink
-    assert RadixCacheAdapter(2, sink).take_events() == []

@@ -19,7 +19,6 @@ unless the namespace is a registered LoRA adapter.
 
 from __future__ import annotations
 
-import dataclasses
 import importlib
 import importlib.util
 import sys
@@ -28,8 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from radixkv_conformance.adapters import sglang as python_tree
+from radixkv_conformance.profile import SGLANG
 from radixkv_conformance.protocol import FreeSink
-from radixkv_conformance.semantics import SGLANG, Semantics
 
 _KV_EVENTS = "sglang.srt.disaggregation.kv_events"
 
@@ -59,16 +58,13 @@ def _load_recorder() -> Any:
 radix_cache = _load_recorder()
 
 
-@dataclasses.dataclass(frozen=True)
-class _EventSemantics(Semantics):
-    event_hashes: str = "opaque"
-
-
-SEMANTICS = _EventSemantics(**{f.name: getattr(SGLANG, f.name) for f in dataclasses.fields(SGLANG)})
+PROFILE = SGLANG  # event_hashes="opaque": sglang's hashes are its own
 
 
 class SglangEventsAdapter(python_tree.SglangRadixCacheAdapter):
     """sglang's RadixCache with ``enable_kv_cache_events=True``; ``take_events`` drains it."""
+
+    capabilities = python_tree.SglangRadixCacheAdapter.capabilities | {"events"}
 
     def __init__(self, page_size: int, sink: FreeSink) -> None:
         self.page_size = page_size
