@@ -234,6 +234,9 @@ MUTANTS: tuple[Mutant, ...] = (
         TREE,
         "            if recency == leaf.recency() and leaf in self.leaves:",
         "            if leaf in self.leaves:",
+        # A stale entry of a since-touched leaf: the ci machine rarely evicts right after a
+        # touch that reorders two leaves; the LRU example tests do.
+        "tests/test_evict.py",
     ),
     Mutant(
         "tree-clear-keeps-sizes",
@@ -379,7 +382,8 @@ MUTANTS: tuple[Mutant, ...] = (
         LRU,
         "            if not node.children and self._lock(node) == 0:",
         "            if not node.children:",
-        MAMBA_MACHINE,
+        # The cache evicts leaves from the tree's heap; LRUList's own query is the seed's.
+        "tests/test_lru_list.py",
     ),
     Mutant(
         "mamba-split-upper-not-listed",
@@ -464,7 +468,8 @@ MUTANTS: tuple[Mutant, ...] = (
         SWA,
         "        return not node.swa_tombstone and node.swa_lock_ref == 0",
         "        return not node.swa_tombstone and node.lock_ref == 0",
-        SWA_MACHINE,
+        # The ci machine no longer finds this one (on main either): the SWA example tests do.
+        SWA_MACHINE_AND_EXAMPLES,
     ),
     # KV events: the radix machine's adapter records them (capability ``events``)
     Mutant(

@@ -1,4 +1,4 @@
-"""Regressions: pymllm's Mamba defects (semantics.md §8.10-8.11) and sglang's Mamba issues."""
+"""Regressions: pymllm's Mamba defects and sglang's Mamba issues (SPEC.md, Mamba)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ requires_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs 
 
 
 def test_split_prefix_node_never_inherits_the_whole_key_state() -> None:
-    """pymllm §8.10: a split sliced the 1-slot state, so [1, 2] got the state after [1..4]."""
+    """pymllm: a split sliced the 1-slot state, so [1, 2] got the state after [1..4]."""
     h = make_mamba()
     long = h.insert([1, 2, 3, 4]).last_node
     h.insert([1, 2, 9])
@@ -22,7 +22,7 @@ def test_split_prefix_node_never_inherits_the_whole_key_state() -> None:
 
 
 def test_split_of_a_mamba_locked_node_leaves_no_stuck_lock() -> None:
-    """pymllm §8.10: the split copied mamba_lock_ref up; after the unlock the upper node was
+    """pymllm: the split copied mamba_lock_ref up; after the unlock the upper node was
     left with full_lock_ref 0 and mamba_lock_ref 1, breaking full >= mamba."""
     h = make_mamba()
     leaf = h.insert([1, 2, 3, 4]).last_node
@@ -36,7 +36,7 @@ def test_split_of_a_mamba_locked_node_leaves_no_stuck_lock() -> None:
 
 
 def test_mamba_locked_leaf_survives_both_phases() -> None:
-    """pymllm §8.10: phase 1 checked only full_lock_ref and could free a locked state."""
+    """pymllm: phase 1 checked only full_lock_ref and could free a locked state."""
     h = make_mamba()
     leaf = h.insert([1, 2]).last_node
     h.cache.inc_lock_ref(leaf)
@@ -45,7 +45,7 @@ def test_mamba_locked_leaf_survives_both_phases() -> None:
 
 
 def test_mamba_sizes_count_slots_not_tokens() -> None:
-    """pymllm §8.10: counters added len(key) tokens but removed len(mamba_value) slots."""
+    """pymllm: counters added len(key) tokens but removed len(mamba_value) slots."""
     h = make_mamba()
     leaf = h.insert(list(range(10))).last_node
     assert h.cache.mamba_evictable_size() == 1
@@ -56,7 +56,7 @@ def test_mamba_sizes_count_slots_not_tokens() -> None:
 
 
 def test_mamba_exist_is_false_when_only_an_ancestor_has_state() -> None:
-    """pymllm §8.10: mamba_exist was true if any node on the path had a state, so the caller
+    """pymllm: mamba_exist was true if any node on the path had a state, so the caller
     freed a slot the tree had just adopted."""
     h = make_mamba()
     h.insert([1])
@@ -66,7 +66,7 @@ def test_mamba_exist_is_false_when_only_an_ancestor_has_state() -> None:
 
 
 def test_a_request_never_receives_a_tree_owned_slot() -> None:
-    """pymllm §8.10: no copy-on-write; the request resumed in (and overwrote) the tree's slot."""
+    """pymllm: no copy-on-write; the request resumed in (and overwrote) the tree's slot."""
     h = make_mamba()
     tree_slot = h.insert([1, 2]).last_node.slot
     r = h.match([1, 2, 3], keep=True)
@@ -75,7 +75,7 @@ def test_a_request_never_receives_a_tree_owned_slot() -> None:
 
 
 def test_duplicate_lru_insert_is_an_error_not_a_cycle() -> None:
-    """pymllm §8.11: a second insert_mru corrupted the links (sglang asserts)."""
+    """pymllm: a second insert_mru corrupted the links (sglang asserts)."""
     lru = LRUList()
     node = MambaTreeNode(1, RadixKey([1]), None, None, 0)
     lru.insert_mru(node)
@@ -85,7 +85,7 @@ def test_duplicate_lru_insert_is_an_error_not_a_cycle() -> None:
 
 
 def test_phase_two_terminates_when_every_state_is_locked() -> None:
-    """pymllm §8.11: phase 2 could `continue` forever on a listed node without state."""
+    """pymllm: phase 2 could `continue` forever on a listed node without state."""
     h = make_mamba()
     leaves = [h.insert([t]).last_node for t in range(3)]
     for leaf in leaves:

@@ -1,6 +1,6 @@
 """Regression tests for bugs reported against pymllm, sglang and mini-sglang (non-SWA cases).
 
-Each docstring names the report it guards against (research notes, semantics.md §8-§10).
+Each docstring names the report it guards against (an issue, a PR, or pymllm's code).
 """
 
 from __future__ import annotations
@@ -108,7 +108,7 @@ def test_sglang_35270_and_38941_every_page_has_one_owner(page_size: int) -> None
 
 
 def test_pymllm_8_7_an_unmatched_unlock_is_rejected(harness: CacheHarness) -> None:
-    """pymllm §8.7: dec_lock_ref had no underflow check; an unmatched dec drove lock_ref to
+    """pymllm: dec_lock_ref had no underflow check; an unmatched dec drove lock_ref to
     -1 silently and left the size counters inconsistent for good."""
     node = harness.put([1, 2, 3]).last_node
     before = snapshot(harness.cache)
@@ -126,7 +126,7 @@ def test_pymllm_8_7_an_unmatched_unlock_is_rejected(harness: CacheHarness) -> No
 
 
 def test_pymllm_8_8_unaligned_inserts_store_whole_pages_only() -> None:
-    """pymllm §8.8: with page_size > 1 an unaligned insert created partial-page nodes, two
+    """pymllm: with page_size > 1 an unaligned insert created partial-page nodes, two
     siblings covering one token ([3] and [3, 4]), and prefix_len > len(key) ([3] vs [3]
     with page_size 2 returned 2)."""
     cache = RadixCache(page_size=2)
@@ -144,7 +144,7 @@ def test_pymllm_8_8_unaligned_inserts_store_whole_pages_only() -> None:
 
 
 def test_pymllm_8_9_hashes_are_chained_whatever_the_call_order_and_namespaced() -> None:
-    """pymllm §8.9: hashing a child before its parent cached an un-chained hash, and page
+    """pymllm: hashing a child before its parent cached an un-chained hash, and page
     hashes ignored extra_key (also sglang issue #24568 for KV events)."""
     cache = RadixCache()
     cache.insert(RadixKey([1, 2]))
@@ -210,11 +210,11 @@ def test_mini_sglang_pr_142_caller_indices_after_insert_are_the_tree_ones(
     h.assert_conserved()
 
 
-# ---- semantics.md §10 minimal scenarios -----------------------------------------------------
+# ---- minimal scenarios of the reported defects ------------------------------------------------
 
 
 def test_scenario_1_insert_a_then_a_plus_b_then_evict_all(harness: CacheHarness) -> None:
-    """§10.1: insert A, insert A+B -> prefix |A|; evict all -> counters 0, each index freed
+    """Scenario 1: insert A, insert A+B -> prefix |A|; evict all -> counters 0, each index freed
     once."""
     h = harness
     assert h.put([1, 2, 3]).prefix_len == 0
@@ -227,7 +227,7 @@ def test_scenario_1_insert_a_then_a_plus_b_then_evict_all(harness: CacheHarness)
 
 
 def test_scenario_2_a_mid_edge_match_splits_without_remapping(harness: CacheHarness) -> None:
-    """§10.2: match mid-edge -> split; all root paths map tokens to the same indices."""
+    """Scenario 2: match mid-edge -> split; all root paths map tokens to the same indices."""
     harness.put([1, 2, 3, 4, 5, 6])
     before = token_index_map(harness.cache)
     assert harness.match([1, 2, 3, 7]).prefix_len == 3
@@ -236,7 +236,7 @@ def test_scenario_2_a_mid_edge_match_splits_without_remapping(harness: CacheHarn
 
 
 def test_scenario_3_a_locked_deep_node_survives_a_full_eviction(harness: CacheHarness) -> None:
-    """§10.3: lock a deep node, evict(inf) -> only unlocked disjoint branches go; unlock ->
+    """Scenario 3: lock a deep node, evict(inf) -> only unlocked disjoint branches go; unlock ->
     its path becomes evictable."""
     h = harness
     deep = h.put([1, 2, 3, 4, 5]).last_node
@@ -252,7 +252,7 @@ def test_scenario_3_a_locked_deep_node_survives_a_full_eviction(harness: CacheHa
 
 
 def test_scenario_4_a_double_unlock_is_rejected(harness: CacheHarness) -> None:
-    """§10.4: double dec -> rejected."""
+    """Scenario 4: double dec -> rejected."""
     node = harness.put([1, 2]).last_node
     harness.cache.inc_lock_ref(node)
     harness.cache.dec_lock_ref(node)
@@ -262,7 +262,7 @@ def test_scenario_4_a_double_unlock_is_rejected(harness: CacheHarness) -> None:
 
 
 def test_scenario_5_namespaces_are_disjoint_subtrees(harness: CacheHarness) -> None:
-    """§10.5: the same tokens under extra_key None / "a" / "b" -> three disjoint subtrees."""
+    """Scenario 5: the same tokens under extra_key None / "a" / "b" -> three disjoint subtrees."""
     h = harness
     results = {ns: h.put([1, 2, 3], ns) for ns in (None, "a", "b")}
     assert all(r.prefix_len == 0 for r in results.values())
@@ -277,7 +277,7 @@ def test_scenario_5_namespaces_are_disjoint_subtrees(harness: CacheHarness) -> N
 def test_scenario_6_page_size_4_match_6_gives_4_insert_7_stores_4(
     make_cache: CacheFactory,
 ) -> None:
-    """§10.6: p=4: match of 6 tokens returns 4; insert of 7 stores 4 (the caller frees the
+    """Scenario 6: p=4: match of 6 tokens returns 4; insert of 7 stores 4 (the caller frees the
     unaligned tail)."""
     h = make_cache(4)
     assert h.put([1, 2, 3, 4, 5, 6, 7]).prefix_len == 0
@@ -289,7 +289,7 @@ def test_scenario_6_page_size_4_match_6_gives_4_insert_7_stores_4(
 def test_scenario_9_an_insert_diverging_inside_an_edge_hangs_under_the_split(
     harness: CacheHarness,
 ) -> None:
-    """§10.9 (pymllm §8.1, SWA misplacement): insert [1,2,3,4] then [1,2,9,9] must give
+    """Scenario 9 (pymllm, SWA misplacement): insert [1,2,3,4] then [1,2,9,9] must give
     [1,2] -> {[3,4], [9,9]}, not [1,2] -> [3,4] -> [9,9]."""
     h = harness
     h.put([1, 2, 3, 4])
@@ -302,7 +302,7 @@ def test_scenario_9_an_insert_diverging_inside_an_edge_hangs_under_the_split(
 
 
 def test_scenario_11_hashes_follow_the_full_path_and_bigrams_collide_as_documented() -> None:
-    """§10.11: chained page hashes equal hashing the full root path page by page, whatever
+    """Scenario 11: chained page hashes equal hashing the full root path page by page, whatever
     the order nodes are hashed in; [(1, 2)] and [1, 2] collide (documented, pymllm bytes)."""
     orders = []
     for child_first in (True, False):

@@ -2,7 +2,7 @@
 
 In SWA mode the cache takes ownership of ``value[prev_prefix_len:aligned_len]``: it adopts
 or frees every one of them; ``value[:prev_prefix_len]`` are the tree's own indices and are
-left alone (DECISIONS.md §2 SWA; semantics.md §2.4, §8.1-8.5; sglang PRs #29352, #30845).
+left alone (SPEC.md, SWA: insert and ownership; sglang PRs #29352, #30845).
 Every test ends with the pool's conservation check: each index is cached (full KV held,
 SWA KV held iff its node is live) or fully freed, and nothing was freed twice.
 """
@@ -128,7 +128,7 @@ def test_tombstone_case_swa_evicted_past_the_node_keeps_it_a_tombstone(
 def test_pr_29352_a_locked_tombstone_is_not_revived_and_its_kv_not_freed(
     page: int, swa_evicted_pages: int
 ) -> None:
-    """sglang PR #29352 / pymllm §8.3: reviving a tombstone that a running request's path
+    """sglang PR #29352 / pymllm: reviving a tombstone that a running request's path
     goes through (lock_ref > 0) must not free its full KV. It stays a tombstone, the incoming
     indices are freed; after the unlock the same insert revives it."""
     h, _, t_old = tombstone_setup(page, 8)
@@ -155,7 +155,7 @@ def test_pr_29352_a_locked_tombstone_is_not_revived_and_its_kv_not_freed(
 
 @pytest.mark.parametrize("page", PAGES)
 def test_pymllm_8_3_reviving_under_a_lock_frees_nothing_the_lock_holder_reads(page: int) -> None:
-    """pymllm §8.3, minimal: [T][L] with L locked, re-insert [T][L] with no SWA eviction.
+    """pymllm, minimal: [T][L] with L locked, re-insert [T][L] with no SWA eviction.
     The pool's guard raises if the cache frees an index of a locked node."""
     h = SwaHarness.make(page, 4 * page)
     t, leaf = h.chain([2 * page, 2 * page], tombstones=[0])
@@ -173,7 +173,7 @@ def test_pymllm_8_3_reviving_under_a_lock_frees_nothing_the_lock_holder_reads(pa
 @pytest.mark.parametrize("page", PAGES)
 @pytest.mark.parametrize("window", WINDOWS)
 def test_prev_prefix_len_leaves_the_protected_prefix_alone(page: int, window: int) -> None:
-    """pymllm §8.2: the cache never frees the tree-owned indices below prev_prefix_len, and
+    """pymllm: the cache never frees the tree-owned indices below prev_prefix_len, and
     the caller frees nothing: no leak and no double free.
 
     Request R1 inserts [A][B]; request R2 had matched A (and locked it), computed B itself
@@ -217,7 +217,7 @@ def test_prev_prefix_len_inside_a_cached_node_splits_it_there(page: int) -> None
 @pytest.mark.parametrize("page", PAGES)
 @pytest.mark.parametrize("window", WINDOWS)
 def test_pymllm_8_1_a_new_leaf_hangs_under_the_split_node(page: int, window: int) -> None:
-    """pymllm §8.1: insert [1,2,3,4] then [1,2,9,9] (W=2 there): the split's upper node
+    """pymllm: insert [1,2,3,4] then [1,2,9,9] (W=2 there): the split's upper node
     must become the new leaf's parent, so a later match of [1,2,9,9] returns 4 tokens."""
     h = SwaHarness.make(page, window)
 
@@ -244,7 +244,7 @@ def test_pymllm_8_1_a_new_leaf_hangs_under_the_split_node(page: int, window: int
 def test_pymllm_8_5_an_entirely_swa_evicted_leftover_creates_no_node(
     page: int, past_pages: int
 ) -> None:
-    """pymllm §8.5: swa_evicted_seqlen at or past the end of the key: the new suffix would be
+    """pymllm: swa_evicted_seqlen at or past the end of the key: the new suffix would be
     a tombstone leaf; nothing is created, its indices are freed, and last_node is the
     deepest cached node of the key."""
     h = SwaHarness.make(page, 2)

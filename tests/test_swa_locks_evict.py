@@ -2,9 +2,9 @@
 
 ``inc_lock_ref`` full-locks the path and SWA-locks the live nodes from the node upwards
 until they hold W tokens (stopping at a tombstone); ``dec_lock_ref`` undoes exactly that
-window (sglang #24153, pymllm §8.6). Phase 1 of ``evict`` deletes leaves (and the
+window (sglang #24153, pymllm). Phase 1 of ``evict`` deletes leaves (and the
 tombstones they leave as leaves, whole chains of them), phase 2 frees SWA KV LRU-first
-(kvcache-ai PR #49). DECISIONS.md §2 SWA; semantics.md §2.5, §2.6, §8.4, §8.6.
+(kvcache-ai PR #49). SPEC.md, SWA: locks and eviction.
 """
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ class NotCallable:
 
 @pytest.mark.parametrize("allocator", [FullOnlyAllocator(), NotCallable(), RecordingAllocator(8)])
 def test_pymllm_8_4_an_allocator_without_free_swa_is_refused(allocator: object) -> None:
-    """pymllm §8.4: without free_swa, tombstoning fell back to free() (full KV) and a later
+    """pymllm: without free_swa, tombstoning fell back to free() (full KV) and a later
     eviction freed the same indices again. The cache refuses such an allocator up front."""
     with pytest.raises(UsageError, match=r"free_swa"):
         RadixCache(sliding_window_size=4, token_to_kv_pool_allocator=allocator)
@@ -193,7 +193,7 @@ def test_a_window_survives_splits(page: int, window: int) -> None:
 
 @pytest.mark.parametrize("page", PAGES)
 def test_sglang_24153_no_tombstone_is_revived_inside_a_locked_path(page: int) -> None:
-    """sglang #24153 / pymllm §8.6: inc skipped tombstones, dec did not, and a tombstone
+    """sglang #24153 / pymllm: inc skipped tombstones, dec did not, and a tombstone
     revived between them underflowed swa_lock_ref. Here a window never holds a tombstone,
     and a tombstone on a locked path is not revived (lock_ref > 0), so inc and dec touch
     the same nodes; once unlocked, the revived node may join a later window."""
@@ -277,7 +277,7 @@ def test_locking_a_tombstone_is_refused_and_changes_nothing(page: int) -> None:
 
 @pytest.mark.parametrize("page", PAGES)
 def test_phase_1_deletes_a_leaf_and_the_chain_of_tombstones_above_it(page: int) -> None:
-    """pymllm §8.6 deleted only one tombstone level; a tombstone left as a leaf can never be
+    """pymllm deleted only one tombstone level; a tombstone left as a leaf can never be
     matched, so every tombstone ancestor left childless goes too (full KV counted, no SWA)."""
     h = SwaHarness.make(page, 1)
     top, t1, t2, t3, leaf = h.chain([page, 2 * page, page, page, page], tombstones=[1, 2, 3])

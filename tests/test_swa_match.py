@@ -1,7 +1,7 @@
 """SWA mode, match_prefix: the window constraint, recency, and splits that keep indices.
 
 A match is usable only if its root path has no tombstone, or ends with at least W live
-tokens after the last tombstone (DECISIONS.md §2 SWA; semantics.md §2.3; sglang PR #17061).
+tokens after the last tombstone (SPEC.md, SWA: match; sglang PR #17061).
 """
 
 from __future__ import annotations
@@ -149,7 +149,7 @@ def test_every_prefix_matches_the_longest_valid_point(
 
 @pytest.mark.parametrize("page", PAGES)
 def test_recency_is_refreshed_on_the_returned_path_in_swa_mode(page: int) -> None:
-    """pymllm's _match_swa refreshed nothing (semantics.md §2.3, §8.6); here the matched path
+    """pymllm's _match_swa refreshed nothing (SPEC.md §8, recency on match); here the path
     gets the match's tick, so eviction (both phases) spares what was just matched."""
     h = SwaHarness.make(page, 1)
     a = list(range(100, 100 + 2 * page))

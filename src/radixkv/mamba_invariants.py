@@ -35,11 +35,7 @@ def _check_node(node: MambaTreeNode) -> None:
     if state is not None:
         require("INV-31", state.numel() == 1 and not state.is_cuda, f"node {node.id} state")
     require("INV-31", bool(node.children) or state is not None, f"leaf {node.id} has no state")
-    require(
-        "INV-30",
-        node.mamba_lock_ref == node.held_locks,
-        f"node {node.id} mamba_lock_ref {node.mamba_lock_ref} != handles {node.held_locks}",
-    )
+    # mamba_lock_ref is held_locks (the handles at this node), which INV-5 counts.
     require(
         "INV-30",
         node.full_lock_ref >= node.mamba_lock_ref,

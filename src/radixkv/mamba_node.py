@@ -21,15 +21,14 @@ class MambaTreeNode(TreeNode):
     is cached, the state is not). The root's ``mamba_value`` is an empty tensor: the initial
     state, which needs no slot. ``full_lock_ref`` is the core ``lock_ref`` (handles at this
     node or below); ``mamba_lock_ref`` counts the handles held at exactly this node, each of
-    which protects its state. ``prev``/``next`` link the full LRU list and
-    ``mamba_prev``/``mamba_next`` the mamba one; ``lru_list`` and ``mamba_lru_list`` name the
-    list the node belongs to (``None``: not a member), so no list mistakes another's member
-    for its own.
+    which protects its state: it is the core ``held_locks``, under the seed's name.
+    ``prev``/``next`` link the full LRU list and ``mamba_prev``/``mamba_next`` the mamba
+    one; ``lru_list`` and ``mamba_lru_list`` name the list the node belongs to (``None``:
+    not a member), so no list mistakes another's member for its own.
     """
 
     __slots__ = (
         "lru_list",
-        "mamba_lock_ref",
         "mamba_lru_list",
         "mamba_next",
         "mamba_prev",
@@ -49,7 +48,6 @@ class MambaTreeNode(TreeNode):
     ) -> None:
         super().__init__(node_id, key, value, parent, last_access_time, extra_key)
         self.mamba_value: torch.Tensor | None = None
-        self.mamba_lock_ref = 0
         self.prev: MambaTreeNode | None = None
         self.next: MambaTreeNode | None = None
         self.mamba_prev: MambaTreeNode | None = None
@@ -64,6 +62,14 @@ class MambaTreeNode(TreeNode):
     @full_lock_ref.setter
     def full_lock_ref(self, count: int) -> None:
         self.lock_ref = count
+
+    @property
+    def mamba_lock_ref(self) -> int:
+        return self.held_locks
+
+    @mamba_lock_ref.setter
+    def mamba_lock_ref(self, count: int) -> None:
+        self.held_locks = count
 
     @property
     def mamba_tombstone(self) -> bool:

@@ -303,12 +303,16 @@ class MambaRadixCache(BasePrefixCache):
         ancestor left a childless, unlocked tombstone. Phase 2 takes the least recently
         used node whose state has no lock: an inner node loses its state (a tombstone),
         a leaf is deleted as in phase 1. Whole nodes go, so counts may overshoot.
+
+        Phase 1 takes its leaves from the tree's evictable-leaf heap, the one recency
+        structure every cache evicts leaves from: with the per-cache clock no two leaves
+        share a tick, so it yields them in ``full_lru``'s order without scanning the list.
         """
         require_int("num_tokens", num_tokens, 0)
         require_int("swa_num_tokens", swa_num_tokens, 0)
         result = EvictResult()
         while result.full_evicted < num_tokens:
-            leaf = self.full_lru.get_lru_leaf_unlocked()
+            leaf = self.tree.lru_leaf()
             if leaf is None:
                 break
             self._evict_leaf(leaf, result)
@@ -380,7 +384,8 @@ class MambaRadixCache(BasePrefixCache):
         if node.mamba_lock_ref == 0:
             self._mamba_evictable_size -= 1
             self._mamba_protected_size += 1
-        node.mamba_lock_ref += 1  # the state of this node only
+        # The handle: held_locks (alias mamba_lock_ref) protects this node's state only,
+        # lock_ref the KV of the whole path.
         self.tree.lock(node)  # the KV of the whole path
         return None
 
@@ -397,11 +402,10 @@ class MambaRadixCache(BasePrefixCache):
         if node.held_locks == 0:
             raise LockError(f"dec_lock_ref on a node that holds no lock: {node!r}")
         require_no_boundary(boundary)
-        node.mamba_lock_ref -= 1
+        self.tree.unlock(node)
         if node.mamba_lock_ref == 0:
             self._mamba_protected_size -= 1
             self._mamba_evictable_size += 1
-        self.tree.unlock(node)
 
     @staticmethod
     def _mamba(node: object) -> MambaTreeNode:

@@ -1,4 +1,9 @@
-"""TreeNode and the radix-tree mechanics every cache shares: child keys, walking, splitting.
+"""The radix tree RadixCache (both modes) and MambaRadixCache are built on: TreeNode, Tree.
+
+``Tree`` owns node ids, token sizes, lock counts, the evictable leaves with their recency
+heap, and every change of shape (split, add a leaf, delete a leaf), announced through its
+public hooks; the module functions below (``edge``, ``descend``, ``split_node``, ...) are
+the mechanics it uses.
 
 Plain typed Python over key data (keys.py: packed bytes, or token tuples); KV indices ride
 along as tensors that are only sliced here, never read, so no operation synchronises with
