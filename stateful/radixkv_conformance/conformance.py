@@ -197,11 +197,11 @@ def run_conformance(
 
 def _search(machine: type[ConformanceMachine], settings: Settings | None) -> list[Finding]:
     """One Hypothesis search; every distinct finding it shrank, each with its trace."""
-    settings = settings or Settings.default
+    base = settings if settings is not None else Settings()  # the loaded settings profile
     # Hypothesis' explain phase annotates its own printout, which the report replaces with
     # the traces; it costs more than the shrinking itself.
-    phases = [phase for phase in settings.phases if phase is not Phase.explain]
-    settings = Settings(settings, report_multiple_bugs=True, phases=phases)
+    phases = [phase for phase in base.phases if phase is not Phase.explain]
+    settings = Settings(base, report_multiple_bugs=True, phases=phases)
     try:
         with with_reporter(lambda _: None):  # the report renders the traces instead
             run_state_machine_as_test(machine, settings=settings)
