@@ -51,7 +51,7 @@ def run(mutant: Mutant, suite: list[str] | None = None) -> tuple[Mutant, bool, f
         src = apply(mutant, Path(tmp))
         env = {
             **os.environ,
-            # this checkout's spec and kit, not an installed copy of another checkout's
+            # this checkout's spec and kit too, not whatever copy an environment installed
             "PYTHONPATH": os.pathsep.join(map(str, (src, ROOT / "spec", ROOT / "stateful", ROOT))),
             "HYPOTHESIS_PROFILE": "mutation",
         }

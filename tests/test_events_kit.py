@@ -52,13 +52,13 @@ class ForgetsRemovals(RadixCacheAdapter):
 
 
 class UnchainedHashes(RadixCacheAdapter):
-    """Hashes every page as if it started a path (pymllm's fallback when a parent is
-    unhashed): a router cannot recompute them."""
+    """Publishes hashes off by one bit (a different hash function, or an unchained one): a
+    router cannot recompute them."""
 
     def take_events(self) -> list[list[Any]]:
         records = super().take_events()
         for record in records:
-            if record[0] == "BlockStored" and record[2] is not None:
+            if record[0] in ("BlockStored", "BlockRemoved"):
                 record[1] = [h ^ 1 for h in record[1]]
         return records
 
