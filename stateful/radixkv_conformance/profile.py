@@ -184,4 +184,5 @@ def describe(profile: Profile) -> list[str]:
         f"recency_on_unlock={profile.recency_on_unlock}",
         f"stores={profile.stores}",
         f"match_may_split={profile.match_may_split}",
+        f"event_hashes={profile.event_hashes}",
     ]
