@@ -118,6 +118,21 @@ INVARIANTS: Final[dict[str, str]] = {
         "node whose state has no handle (inner: tombstone; leaf: delete) until the slot "
         "target; a deleted node frees its KV, then its slot."
     ),
+    # KV events (spec/events.py)
+    "INV-40": (
+        "Events, stored: a BlockStored names pages not stored since their last removal or a "
+        "clear, whole pages of the cache's page size, after a stored parent page of the "
+        "same namespace (or none, for a namespace's first page)."
+    ),
+    "INV-41": "Events, removed: a BlockRemoved names only stored pages, each once.",
+    "INV-42": (
+        "Events, hashes: every stored hash is hash_to_int64 of the spec's page hash of its "
+        "namespace and root path, so a router recomputes it from tokens and namespace."
+    ),
+    "INV-43": (
+        "Events, replay: the pages rebuilt from the stream (AllBlocksCleared empties them) "
+        "are exactly the cache's cached pages after every operation."
+    ),
 }
 
 

@@ -38,6 +38,7 @@ from radixkv.base import (
     free_indices,
 )
 from radixkv.errors import LockError, UsageError
+from radixkv.events import EventListener, PageEvents
 from radixkv.invariants import check_tree
 from radixkv.keys import KeyData, read_key, token_count
 from radixkv.lru_list import LRUList
@@ -87,6 +88,7 @@ class MambaRadixCache(BasePrefixCache):
         on_node_evict: Callable[[int], None] | None = None,
         *,
         clock: Callable[[], float] | None = None,
+        event_listener: EventListener | None = None,
     ) -> None:
         self.page_size = require_int("page_size", page_size, 1)
         self.token_to_kv_pool_allocator = token_to_kv_pool_allocator
@@ -97,6 +99,8 @@ class MambaRadixCache(BasePrefixCache):
         self.tree.on_added.append(self._added)
         self.tree.on_deleted.append(self._deleted)
         self.tree.on_split.append(self._split)
+        # None unless someone listens; a dropped state changes no page (SPEC.md, KV events)
+        self._events = PageEvents.on(self.tree, event_listener)
         self._start_empty()
 
     def _start_empty(self) -> None:
@@ -154,6 +158,8 @@ class MambaRadixCache(BasePrefixCache):
             self._free_kv(node)
             self._free_state(node)
         self._start_empty()
+        if self._events is not None:
+            self._events.cleared()
         for node in doomed:
             node.value = None
             node.mamba_value = None

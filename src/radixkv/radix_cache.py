@@ -23,11 +23,11 @@ from radixkv.base import (
     free_indices,
 )
 from radixkv.errors import LockError
-from radixkv.hashing import chain_page_hashes, namespace_seed
+from radixkv.events import EventListener, PageEvents, node_page_hashes
 from radixkv.invariants import check_tree
 from radixkv.keys import KeyData, read_key, span, token_count
 from radixkv.swa import FullAttention, SlidingWindow
-from radixkv.tree import Descent, Tree, TreeNode, path_to_root
+from radixkv.tree import Descent, Tree, TreeNode
 
 
 class RadixCache(BasePrefixCache):
@@ -38,6 +38,8 @@ class RadixCache(BasePrefixCache):
     stamps recency; by default a per-cache counter that ticks once per operation. The
     cache is one ``Tree`` (tree.py: ids, sizes, locks, recency, shape) plus an attention
     part (swa.py): ``FullAttention``, or ``SlidingWindow`` with ``sliding_window_size``.
+    ``event_listener`` receives a record for every page stored or removed and for every
+    reset (``radixkv.events``); without one the cache hashes nothing.
     """
 
     def __init__(
@@ -48,6 +50,7 @@ class RadixCache(BasePrefixCache):
         on_node_evict: Callable[[int], None] | None = None,
         *,
         clock: Callable[[], float] | None = None,
+        event_listener: EventListener | None = None,
     ) -> None:
         require_int("page_size", page_size, 1)
         self.page_size = page_size
@@ -56,6 +59,8 @@ class RadixCache(BasePrefixCache):
         self.on_node_evict = on_node_evict
         self.device = torch.device(getattr(token_to_kv_pool_allocator, "device", "cpu"))
         self.tree: Tree[TreeNode] = Tree(TreeNode, page_size, self.device, clock)
+        # None unless someone listens: then every new node is hashed (SPEC.md, KV events)
+        self._events = PageEvents.on(self.tree, event_listener)
         self._no_indices = empty_indices(self.device)  # a match of nothing
         self._attention: FullAttention = (
             FullAttention()
@@ -108,6 +113,8 @@ class RadixCache(BasePrefixCache):
         for node in doomed:
             self._free(node)
         self._attention.reset()
+        if self._events is not None:
+            self._events.cleared()
         for node in doomed:
             node.value = None
             self._report_evicted(node)
@@ -292,20 +299,7 @@ class RadixCache(BasePrefixCache):
         if node is self.root:
             return []
         self.tree.require_live(node)
-        pending = [n for n in path_to_root(node) if n.hash_values is None]
-        for n in reversed(pending):
-            parent = n.parent
-            assert parent is not None
-            prior = self._last_hash(parent, n.extra_key)
-            n.hash_values = chain_page_hashes(n.tokens, self.page_size, prior)
-        assert node.hash_values is not None
-        return node.hash_values
-
-    def _last_hash(self, node: TreeNode, extra_key: str | None) -> str | None:
-        if node is self.root:
-            return namespace_seed(extra_key)
-        assert node.hash_values is not None
-        return node.hash_values[-1]
+        return node_page_hashes(node, self.page_size)
 
     # ---- debugging ---------------------------------------------------------------------
 

@@ -30,6 +30,8 @@ from typing import Any
 
 from radixkv.arguments import page_align, require_int
 from radixkv.errors import LockError, StaleNodeError, TokenTypeError, UsageError
+from radixkv.events import EventListener, PageEvents
+from radixkv.hashing import chain_page_hashes
 from radixkv.keys import Tokens, common_prefix_len, validate_tokens
 
 
@@ -37,10 +39,20 @@ class TrieNode:
     """A run of tokens and one block per page of them.
 
     ``children`` maps the first page of each child's tokens to the child;
-    ``active_seqs`` are the sequences using the node (it is evictable when empty).
+    ``active_seqs`` are the sequences using the node (it is evictable when empty);
+    ``hash_values`` the pages' hashes when the trie has an event listener.
     """
 
-    __slots__ = ("active_seqs", "blocks", "children", "id", "last_access_time", "parent", "tokens")
+    __slots__ = (
+        "active_seqs",
+        "blocks",
+        "children",
+        "hash_values",
+        "id",
+        "last_access_time",
+        "parent",
+        "tokens",
+    )
 
     def __init__(
         self,
@@ -57,6 +69,7 @@ class TrieNode:
         self.children: dict[Tokens, TrieNode] = {}
         self.active_seqs: set[Hashable] = set()
         self.last_access_time = last_access_time
+        self.hash_values: list[str] | None = None  # page hashes, kept while events are on
 
     def is_leaf(self) -> bool:
         return not self.children
@@ -72,8 +85,11 @@ class TrieNode:
 class RadixTrie:
     """A radix trie from token prefixes to KV blocks, one block per ``page_size`` tokens."""
 
-    def __init__(self, page_size: int = 1) -> None:
+    def __init__(self, page_size: int = 1, *, event_listener: EventListener | None = None) -> None:
+        """``event_listener`` receives a record for every page stored or evicted (the
+        default namespace's page hashes, SPEC.md §9); without one nothing is hashed."""
         self.page_size = require_int("page_size", page_size, 1)
+        self._events = None if event_listener is None else PageEvents(event_listener, page_size)
         self._clock = itertools.count(1)
         self._ids = itertools.count()
         self.root = TrieNode(next(self._ids), (), [], None, 0)
@@ -112,6 +128,8 @@ class RadixTrie:
             end.children[key[matched : matched + p]] = leaf
             self.all_blocks.update(new_blocks)
             self.evictable_blocks.update(new_blocks)
+            if self._events is not None:
+                self._report_stored(leaf)
             end = leaf
         return end
 
@@ -186,6 +204,9 @@ class RadixTrie:
             self.evictable_blocks.difference_update(trimmed)
             del leaf.blocks[len(leaf.blocks) - k :]
             leaf.tokens = leaf.tokens[: len(leaf.blocks) * self.page_size]
+            if self._events is not None and leaf.hash_values is not None:
+                self._events.removed(leaf.hash_values[len(leaf.blocks) :])
+                del leaf.hash_values[len(leaf.blocks) :]
             if not leaf.blocks:
                 parent = leaf.parent
                 assert parent is not None
@@ -270,12 +291,25 @@ class RadixTrie:
             node.last_access_time,
         )
         upper.active_seqs = set(node.active_seqs)
+        if node.hash_values is not None:
+            upper.hash_values, node.hash_values = (
+                node.hash_values[:pages],
+                node.hash_values[pages:],
+            )
         parent.children[self._first_page(node)] = upper
         node.tokens = node.tokens[split_len:]
         node.blocks = node.blocks[pages:]
         node.parent = upper
         upper.children[self._first_page(node)] = node
         return upper
+
+    def _report_stored(self, leaf: TrieNode) -> None:
+        """Hash a new leaf's pages after its parent's (the trie has one namespace: None)."""
+        assert self._events is not None and leaf.parent is not None
+        parent_hashes = leaf.parent.hash_values
+        prior = parent_hashes[-1] if parent_hashes else None
+        leaf.hash_values = chain_page_hashes(leaf.tokens, self.page_size, prior)
+        self._events.stored(leaf.tokens, None, leaf.hash_values, prior)
 
     def _first_page(self, node: TrieNode) -> Tokens:
         return node.tokens[: self.page_size]

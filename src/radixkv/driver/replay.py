@@ -41,13 +41,17 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 
 from radixkv.base import RadixKey
 from radixkv.driver.workload import KINDS, Request, WorkloadConfig, generate, trace_digest
+from radixkv.events import EventListener, EventPublisher
 from radixkv.radix_cache import RadixCache
+
+if TYPE_CHECKING:  # the events extra is optional: imported where --events asks for it
+    from radixkv.events.publisher import ZmqEventPublisher
 
 # ---- the KV pool ----------------------------------------------------------------------
 
@@ -114,8 +118,12 @@ class ReplayCache(Protocol):
 class RadixkvReplay:
     name = "radixkv"
 
-    def __init__(self, page_size: int, pool: ReplayPool) -> None:
-        self.cache = RadixCache(page_size, token_to_kv_pool_allocator=pool)
+    def __init__(
+        self, page_size: int, pool: ReplayPool, event_listener: EventListener | None = None
+    ) -> None:
+        self.cache = RadixCache(
+            page_size, token_to_kv_pool_allocator=pool, event_listener=event_listener
+        )
 
     def prepare(self, tokens: list[int]) -> Any:
         return array("q", tokens)
@@ -312,6 +320,12 @@ class _Scheduler:
         self.clock = time.thread_time
         self.inflight: list[tuple[Request, Any, int, torch.Tensor, Any, Any]] = []
         self.progress: Callable[[int], None] | None = None
+        self.events: EventPublisher | None = None
+
+    def publish(self) -> None:
+        """End of a scheduler step: send the cache's events since the last one, if asked."""
+        if self.events is not None:
+            self.events.publish()
 
     def admit(self, request: Request, batch: int) -> None:
         """Match and lock ``request``, allocate its indices; finish a full batch."""
@@ -373,6 +387,7 @@ class _Scheduler:
             if self.progress is not None:
                 self.progress(report.requests)
         self.inflight.clear()
+        self.publish()
 
 
 def replay(
@@ -384,18 +399,24 @@ def replay(
     batch: int = 8,
     progress: Callable[[int], None] | None = None,
     device: torch.device | str = "cpu",
+    events: EventPublisher | None = None,
 ) -> ReplayReport:
     """Drive ``cache_name`` through ``requests``; see the module docstring.
+
+    With ``events`` (radixkv's caches only) the cache reports its page changes to it, and
+    it publishes one batch per scheduler step: each batch of finished requests, and the
+    final eviction. The listener's cost is inside the timed calls, as in a server.
 
     With ``device`` a CUDA device the pool's indices live there, and the replay runs under
     torch's sync debug mode set to "error": a cache call (or the driver) that waits for the
     device raises instead of stalling. Times are then the host side of each call.
     """
     pool = ReplayPool(pool_size, device)
-    cache = CACHES[cache_name](page_size, pool)
+    cache = _make_cache(cache_name, page_size, pool, events)
     report = ReplayReport(cache_name, 0, page_size, pool_size)
     scheduler = _Scheduler(cache, pool, report)
     scheduler.progress = progress
+    scheduler.events = events
     rss0 = _rss()
     enabled = gc.isenabled()
     gc.collect()
@@ -406,6 +427,7 @@ def replay(
                 scheduler.admit(request, batch)
             scheduler.finish()
             scheduler.evict(cache.total_size())
+            scheduler.publish()
     finally:
         if enabled:
             gc.enable()
@@ -415,6 +437,17 @@ def replay(
     report.prefix_digest = scheduler.digest.hexdigest()
     report.peak_rss_growth = max(0, _maxrss() - rss0)
     return report
+
+
+def _make_cache(
+    cache_name: str, page_size: int, pool: ReplayPool, events: EventPublisher | None
+) -> ReplayCache:
+    if events is None:
+        return CACHES[cache_name](page_size, pool)
+    if cache_name not in ("radixkv", "radixkv-list"):
+        raise ValueError(f"--events needs one of radixkv's caches, not {cache_name!r}")
+    factory = RadixkvListReplay if cache_name == "radixkv-list" else RadixkvReplay
+    return factory(page_size, pool, event_listener=events)
 
 
 def bytes_per_token(cache_name: str, cfg: WorkloadConfig, page_size: int = 1) -> dict[str, float]:
@@ -477,6 +510,19 @@ def add_parser(commands: Any) -> None:
     )
     cmd.add_argument("--no-progress", action="store_true")
     cmd.add_argument(
+        "--events",
+        metavar="ENDPOINT",
+        help="publish the cache's KV events over ZeroMQ while replaying, e.g. "
+        "tcp://127.0.0.1:5557 (needs the events extra: pyzmq, msgspec)",
+    )
+    cmd.add_argument(
+        "--events-wait",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help="with --events: wait this long for a subscriber before replaying (0: don't)",
+    )
+    cmd.add_argument(
         "--plot",
         metavar="FILE",
         help="also sweep pool size and prompt length; a PNG with matplotlib, else CSV",
@@ -491,15 +537,20 @@ def command(args: argparse.Namespace) -> int:
     print(f"trace: seed {cfg.seed}, {cfg.requests} requests of ~{cfg.prompt_len} tokens")
     print(f"trace sha256 {trace_digest(cfg)}")
     bar = None if args.no_progress or cfg.requests < 200 else _progress_bar(cfg.requests)
-    report = replay(
-        args.cache,
-        generate(cfg),
-        page_size=args.page_size,
-        pool_size=pool,
-        batch=args.batch,
-        progress=bar,
-        device=args.device,
-    )
+    with contextlib.ExitStack() as stack:
+        events = _publisher(args, stack) if args.events else None
+        report = replay(
+            args.cache,
+            generate(cfg),
+            page_size=args.page_size,
+            pool_size=pool,
+            batch=args.batch,
+            progress=bar,
+            device=args.device,
+            events=events,
+        )
+        if events is not None:
+            print(f"events: {events.events_sent} in {events.next_seq} batches")
     if bar is not None:
         print(file=sys.stderr)
     print(report.render())
@@ -507,6 +558,21 @@ def command(args: argparse.Namespace) -> int:
     if args.plot:
         _plot(args, cfg, Path(args.plot))
     return 0
+
+
+def _publisher(args: argparse.Namespace, stack: contextlib.ExitStack) -> ZmqEventPublisher:
+    """The ZeroMQ publisher of ``--events``, bound, with a subscriber if one comes in time."""
+    try:
+        from radixkv.events.publisher import ZmqEventPublisher
+    except ImportError as missing:
+        raise SystemExit(
+            f"--events needs pyzmq and msgspec (pip install 'radixkv[events]'): {missing}"
+        ) from None
+    publisher = stack.enter_context(ZmqEventPublisher(args.events))
+    print(f"events: publishing on {publisher.endpoint}", flush=True)
+    if args.events_wait > 0 and not publisher.wait_for_subscribers(1, args.events_wait):
+        print(f"events: no subscriber after {args.events_wait:g}s; publishing anyway")
+    return publisher
 
 
 def _progress_bar(total: int) -> Callable[[int], None]:

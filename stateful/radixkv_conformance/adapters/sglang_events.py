@@ -1,0 +1,106 @@
+"""sglang 0.5.23's Python ``RadixCache`` with its own KV event recorder turned on.
+
+    pip install --no-deps sglang==0.5.23 && pip install msgspec pyzmq
+    radixkv check radixkv_conformance.adapters.sglang_events:factory
+
+The plain sglang adapter (``sglang.py``) stubs ``sglang.srt.disaggregation.kv_events``:
+events are off there. Here the real module is loaded (it needs ``msgspec`` and ``zmq``; it
+also imports ``pydantic`` for its publisher configuration classes and a network helper,
+neither of which the recorder calls, so those two are inert stand-ins when absent), then
+sglang's recorder module and its tree are reloaded against it. The cache is built with
+``enable_kv_cache_events=True``; ``take_events`` turns sglang's records into their wire form
+(tag, then fields in order; ``cache_salt`` sits where radixkv's ``extra_key`` does).
+
+sglang's page hashes are its own (``event_hashes="opaque"``): the kit checks them as names
+and compares pages by token path. In the ``None`` namespace they happen to equal radixkv's
+(both chain SHA-256 over 4-byte little-endian ids); namespaces are not part of the hash
+unless the namespace is a registered LoRA adapter.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import sys
+import types
+from pathlib import Path
+from typing import Any
+
+from radixkv_conformance.adapters import sglang as python_tree
+from radixkv_conformance.profile import SGLANG
+from radixkv_conformance.protocol import FreeSink
+
+_KV_EVENTS = "sglang.srt.disaggregation.kv_events"
+
+
+def _load_recorder() -> Any:
+    """The tree module, reloaded over sglang's real event classes and recorder."""
+    tree = python_tree.radix_cache
+    if getattr(sys.modules.get(_KV_EVENTS), "__file__", None):
+        return tree  # already loaded for real
+    package = "sglang.srt.disaggregation"
+    if package not in sys.modules:
+        shell = types.ModuleType(package)
+        shell.__path__ = [str(Path(tree.__file__).parents[1] / "disaggregation")]
+        sys.modules[package] = shell
+    if "pydantic" not in sys.modules and importlib.util.find_spec("pydantic") is None:
+        stand_in = types.ModuleType("pydantic")  # the publisher's config classes: never built
+        stand_in.BaseModel = type("BaseModel", (), {})  # type: ignore[attr-defined]  # a stand-in module
+        sys.modules["pydantic"] = stand_in
+    network = "sglang.srt.utils.network"  # the publisher's addresses: never called
+    sys.modules.setdefault(network, python_tree._Stub(network))
+    sys.modules.pop(_KV_EVENTS, None)
+    importlib.import_module(_KV_EVENTS)
+    importlib.reload(sys.modules["sglang.srt.mem_cache.events"])
+    return importlib.reload(tree)
+
+
+radix_cache = _load_recorder()
+
+
+PROFILE = SGLANG  # event_hashes="opaque": sglang's hashes are its own
+
+
+class SglangEventsAdapter(python_tree.SglangRadixCacheAdapter):
+    """sglang's RadixCache with ``enable_kv_cache_events=True``; ``take_events`` drains it."""
+
+    capabilities = python_tree.SglangRadixCacheAdapter.capabilities | {"events"}
+
+    def __init__(self, page_size: int, sink: FreeSink) -> None:
+        self.page_size = page_size
+        self.cache = radix_cache.RadixCache.create_simulated(
+            mock_allocator=python_tree._SinkAllocator(sink),
+            page_size=page_size,
+            enable_kv_cache_events=True,
+        )
+        self.cache.take_events()  # the AllBlocksCleared of its constructor's reset
+
+    def take_events(self) -> list[list[Any]]:
+        return [_wire(event) for event in self.cache.take_events()]
+
+
+def _wire(event: Any) -> list[Any]:
+    name = type(event).__name__
+    if name == "BlockStored":
+        tokens = [t if isinstance(t, int) else list(t) for t in event.token_ids]
+        return [
+            name,
+            list(event.block_hashes),
+            event.parent_block_hash,
+            tokens,
+            event.block_size,
+            event.lora_id,
+            _medium(event.medium),
+            event.cache_salt,
+        ]
+    if name == "BlockRemoved":
+        return [name, list(event.block_hashes), _medium(event.medium)]
+    return [name]
+
+
+def _medium(medium: Any) -> str | None:
+    return None if medium is None else str(getattr(medium, "value", medium))
+
+
+def factory(page_size: int, sink: FreeSink) -> SglangEventsAdapter:
+    return SglangEventsAdapter(page_size, sink)
