@@ -81,7 +81,8 @@ def test_known_finding_is_acknowledged_and_the_other_still_reported() -> None:
     report = run_conformance(
         broken.two_bugs, profile=RADIXKV, settings=settings(SHRINK, max_examples=60), known=[known]
     )
-    assert [f.finding for f in report.failures] == [other], report.render()
+    found = {f.finding for f in report.failures}
+    assert other in found and known not in found, report.render()
     assert report.acknowledged[known] > 0  # runs hit it and were discarded
     assert f"acknowledged (--known): {known}" in report.render()
 
