@@ -11,6 +11,7 @@ import importlib
 from pathlib import Path
 
 import pytest
+from radixkv_conformance.semantics import RADIXKV, SEMANTICS
 from radixkv_conformance.trace import load, replay
 
 VECTORS = sorted((Path(__file__).parent / "vectors").glob("*.json"))
@@ -21,13 +22,14 @@ CASES = [
 ]
 
 
-def _factory(target: str) -> object:
+def _factory(target: str) -> tuple[object, object]:
+    """The factory ``MODULE:ATTR`` and the profile its module declares (or None)."""
     module_name, _, attr = target.partition(":")
     try:
         module = importlib.import_module(module_name)
-    except ImportError as missing:  # an optional engine (sglang) that is not installed
+    except ImportError as missing:  # an engine that is absent (sglang, a pymllm checkout)
         pytest.skip(f"{target} is not importable: {missing}")
-    return getattr(module, attr)
+    return getattr(module, attr), getattr(module, "SEMANTICS", None)
 
 
 def test_there_are_vectors() -> None:
@@ -37,7 +39,10 @@ def test_there_are_vectors() -> None:
 @pytest.mark.parametrize(("path", "target", "outcome"), CASES)
 def test_vector_replays_to_its_recorded_outcome(path: Path, target: str, outcome: str) -> None:
     document = load(path)
-    result = replay(document, _factory(target))  # type: ignore[arg-type]  # an AdapterFactory by contract
+    factory, declared = _factory(target)
+    # A peer's vector names the peer's own profile; radixkv's cache replays it under its own
+    semantics = declared or SEMANTICS.get(document["semantics"], RADIXKV)
+    result = replay(document, factory, semantics)  # type: ignore[arg-type]  # an AdapterFactory and a Semantics by contract
     if outcome == "pass":
         assert result.passed, f"{path.name} on {target}: {result.check}: {result.message}"
     else:
