@@ -48,4 +48,4 @@ def test_vector_replays_to_its_recorded_outcome(path: Path, target: str, outcome
     else:
         assert not result.passed, f"{path.name} on {target} no longer fails"
         assert result.invariant == document["failure"]["invariant"], result.message
-        assert result.steps == document["failure"]["step"], "it fails at a different step"
+        assert result.failed_step == document["failure"]["step"], "it fails at a different step"

@@ -104,6 +104,8 @@ class ReplayResult:
     steps: int
     check: str = ""
     message: str = ""
+    failed_step: int | None = None
+    """The id of the step after which a check failed (FORMAT.md ``failure.step``)."""
 
     @property
     def invariant(self) -> str | None:
@@ -123,17 +125,19 @@ def replay(
     nodes: dict[int, NodeRef] = {}
     locks: dict[int, LockRef] = {}
     done = 0
+    current: int | None = None
     try:
         machine.setup(document["page_size"])
         for raw in document["steps"]:
             step = decode(raw)
+            current = step["id"]
             _run_step(machine, step, nodes, locks)
             done += 1
             for name in INVARIANTS:
                 getattr(machine, name)()
     except Exception as error:  # a failed check: the replay reports it
         message = f"{type(error).__name__}: {error}"
-        return ReplayResult(False, done, machine_cls.last_check, message)
+        return ReplayResult(False, done, machine_cls.last_check, message, current)
     return ReplayResult(True, done)
 
 
