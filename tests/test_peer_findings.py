@@ -98,7 +98,7 @@ def test_pymllm_swa_evictable_size_drifts_on_a_partly_swa_evicted_insert() -> No
 
 
 def test_pymllm_swa_tombstone_cascade_stops_at_a_tombstoned_parent() -> None:
-    host, cache = _swa(1)
+    _, cache = _swa(1)
     cache.insert((1, 2), None, (1, 2))
     cache.insert((1, 2, 3), None, (1, 2, 3))
     cache.evict(0, swa_num_tokens=1)  # tombstones [1, 2] (its child keeps it internal)

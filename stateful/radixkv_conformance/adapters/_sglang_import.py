@@ -41,7 +41,7 @@ def sglang_root() -> Path:
     """The directory holding the installed ``sglang`` package (found without importing it)."""
     shell = sys.modules.get("sglang")
     if shell is not None and getattr(shell, "__path__", None):
-        return Path(list(shell.__path__)[0]).parent
+        return Path(next(iter(shell.__path__))).parent
     spec = importlib.util.find_spec("sglang")
     if spec is None or spec.origin is None:
         raise ImportError(f"sglang is not installed ({INSTALL_HINT})")

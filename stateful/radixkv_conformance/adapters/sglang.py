@@ -19,11 +19,19 @@ from typing import Any
 import torch
 
 from radixkv_conformance.adapters._sglang_import import import_module
+from radixkv_conformance.profile import LRU_SPLIT_REFRESHES_BOTH, Profile
 from radixkv_conformance.protocol import FreeSink, Sizes
 from radixkv_conformance.protocol import TokenPlace as Slot
 from radixkv_conformance.semantics import SGLANG
 
-SEMANTICS = SGLANG
+NOTES = (
+    "sglang's Python RadixCache (0.5.23), built with create_simulated: a split refreshes "
+    "both halves; reset drops the tree without freeing; the caller frees duplicates "
+    "(prefix_len). Tokens go in as array('q'): a token that is no int64 is rejected by "
+    "that conversion, not by sglang. Page hashes are sglang's own encoding (not claimed)."
+)
+PROFILE = Profile("sglang", victims=LRU_SPLIT_REFRESHES_BOTH, reset_frees=False, notes=NOTES)
+SEMANTICS = SGLANG  # what today's machine reads; PROFILE is what the kit reads next
 
 # Packages whose __init__ would import the serving stack: loaded as bare shells.
 SHELLS = (
@@ -73,6 +81,8 @@ class SglangRadixCacheAdapter:
         OverflowError,
         AssertionError,
     )
+    capabilities = frozenset({"namespaces", "reset", "bad_input", "unlock_checks"})
+    notes = NOTES
 
     def __init__(self, page_size: int, sink: FreeSink) -> None:
         self.page_size = page_size

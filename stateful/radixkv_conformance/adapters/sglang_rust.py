@@ -42,10 +42,11 @@ from typing import Any
 
 import torch
 
-from radixkv_conformance.protocol import FreeSink, Sizes
-from radixkv_conformance.protocol import TokenPlace as Slot
 from radixkv_conformance.adapters import sglang as python_tree
 from radixkv_conformance.adapters._sglang_import import import_module
+from radixkv_conformance.profile import LRU_SPLIT_REFRESHES_BOTH, Profile
+from radixkv_conformance.protocol import FreeSink, Sizes
+from radixkv_conformance.protocol import TokenPlace as Slot
 from radixkv_conformance.semantics import Semantics
 
 SHELLS = (*python_tree.SHELLS, "sglang.srt.mem_cache.unified_cache")
@@ -59,25 +60,34 @@ STUBS = (
 
 controller = import_module("sglang.srt.mem_cache.rust_tree_core.adapter", SHELLS, STUBS)
 init_params = import_module("sglang.srt.mem_cache.cache_init_params", SHELLS, STUBS)
-component_type = import_module(
-    "sglang.srt.mem_cache.unified_cache.component_type", SHELLS, STUBS
-)
+component_type = import_module("sglang.srt.mem_cache.unified_cache.component_type", SHELLS, STUBS)
 cache_action = import_module("sglang.srt.mem_cache.unified_cache.cache_action", SHELLS, STUBS)
 base = python_tree.base
 FULL = component_type.ComponentType.FULL
 
-SEMANTICS = Semantics(
+CAPABILITIES = frozenset({"namespaces", "reset", "bad_input", "unlock_checks"})
+NOTES = (
+    "sglang 0.5.23's Rust tree core (FULL component), through sglang's controller: it frees "
+    "an insert's duplicate indices itself (FreeDeviceKV) past prev_prefix_len, which the "
+    "adapter sets to the run of leading indices the caller passes that the cache holds "
+    "(read from the live contents, no match). A split refreshes both halves; reset drops "
+    "the tree without freeing. Contents: the core's KV walk, each index named by the key "
+    "it was inserted under (the core has no walk by keys)."
+)
+PROFILE = Profile(
+    "sglang-rust",
+    victims=LRU_SPLIT_REFRESHES_BOTH,
+    duplicates="cache",
+    reset_frees=False,
+    notes=NOTES,
+)
+SEMANTICS = Semantics(  # what today's machine reads; PROFILE is what the kit reads next
     "sglang-rust",
     duplicates="cache",
     victim_order="any",
     reset_frees=False,
-    capabilities=frozenset({"namespaces", "reset", "bad_input", "unlock_checks"}),
-    notes=(
-        "sglang 0.5.23's Rust tree core (FULL component), through sglang's controller: it "
-        "frees an insert's duplicate indices itself (FreeDeviceKV). A split refreshes both "
-        "halves, so the victim is checked to be an unlocked leaf only. Reset drops the tree "
-        "without freeing. Contents are rebuilt from the keys inserted (no walk by keys)."
-    ),
+    capabilities=CAPABILITIES,
+    notes=NOTES,
 )
 
 
@@ -96,6 +106,8 @@ class SglangRustTreeCoreAdapter:
         OverflowError,
         AssertionError,
     )
+    capabilities = CAPABILITIES
+    notes = NOTES
 
     def __init__(self, page_size: int, sink: FreeSink) -> None:
         self.page_size = page_size
