@@ -157,9 +157,10 @@ def _replay(path: Path, target: str | None, semantics_name: str | None) -> int:
         target = "radixkv_conformance.adapter:RadixCacheAdapter"
         semantics_name = semantics_name or "radixkv"
     factory, declared = _load(target)
-    semantics = _semantics(semantics_name or document["semantics"], None)
     if semantics_name is None and declared is not None:
-        semantics = declared
+        semantics = declared  # the module's own profile (its name need not be built in)
+    else:
+        semantics = _semantics(semantics_name or document["semantics"], None)
     result = replay(document, factory, semantics)
     recorded = document.get("failure") or {}
     print(f"replayed {result.steps}/{len(document['steps'])} steps of {path} against {target}")
