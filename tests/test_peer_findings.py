@@ -143,3 +143,50 @@ def test_pymllm_mamba_split_moves_the_state_to_the_upper_half() -> None:
     # slot 5 holds the state after [1, 2, 3, 4], now claimed by the prefix [1, 2]
     assert slots[(1, 2)] == 5
     assert slots[(1, 2, 3, 4)] is None
+
+
+# -- the adapters themselves -------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("module", "profile"),
+    [
+        ("sglang", "sglang"),
+        ("sglang_rust", "sglang-rust"),
+        ("pymllm", "pymllm"),
+        ("pymllm_swa", "pymllm-swa"),
+        ("pymllm_mamba", "pymllm-mamba"),
+    ],
+)
+def test_each_peer_adapter_backs_its_claims_and_has_its_own_profile(
+    module: str, profile: str
+) -> None:
+    from radixkv_conformance.protocol import require_capabilities
+
+    peer = _peer(module)
+    adapter = peer.factory(1, Host(sliding_window=2))
+    assert require_capabilities(adapter) == adapter.capabilities
+    assert peer.PROFILE.name == profile
+    assert adapter.notes  # the adapter's choices are printed with every report
+
+
+def test_pymllm_without_a_checkout_says_how_to_get_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    from radixkv_conformance.adapters import _pymllm_import
+
+    monkeypatch.delenv(_pymllm_import.ENV, raising=False)
+    with pytest.raises(ImportError, match="set PYMLLM_SRC"):
+        _pymllm_import.checkout()
+    monkeypatch.setenv(_pymllm_import.ENV, "/nonexistent")
+    with pytest.raises(ImportError, match=r"holds no pymllm/mem_cache/radix_cache\.py"):
+        _pymllm_import.checkout()
+
+
+def test_the_rust_core_frees_only_the_callers_duplicates() -> None:
+    host = Host()
+    cache = _peer("sglang_rust").factory(1, host)
+    cache.insert((1, 2, 3), None, (10, 11, 12))
+    # a request that matched [1, 2] holds the cache's 10, 11, then its own 21, 22
+    prefix_len, _ = cache.insert((1, 2, 3, 4), None, (10, 11, 21, 22))
+    assert prefix_len == 3
+    assert host.freed == [(21,)]  # its duplicate of 12; never the cache's own 10, 11
+    assert sorted(cache.contents().values()) == [10, 11, 12, 22]
