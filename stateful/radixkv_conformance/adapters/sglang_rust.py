@@ -24,6 +24,9 @@ in, for reasons unrelated to a FULL-only core on the CPU, and so stubbed here:
 - ``sglang.srt.utils`` (already stubbed for the Python tree): ``assert_int64_array`` is a
   no-op here; it only checks that a key is ``array('q')``, which this adapter always builds.
 
+The adapter sets ``SGLANG_RUST_BUILD_MODE=never`` (unless set) so that sglang's loader takes
+the bundled ``.so`` and never tries to build the crate with Cargo; a core that does not
+load (e.g. a libtorch it was not built against) is an ``ImportError``, so its vectors skip.
 ``sglang.srt.mem_cache.unified_cache`` is loaded as a bare shell (its ``__init__`` is a
 docstring). Everything else the controller imports is sglang's own code, unmodified.
 
@@ -36,6 +39,7 @@ the adapter never saw inserted is reported as a contents error by the machine.
 
 from __future__ import annotations
 
+import os
 from array import array
 from collections.abc import Hashable
 from typing import Any
@@ -58,7 +62,13 @@ STUBS = (
     "sglang.srt.mem_cache.events",  # LoRA names for KV events (off)
 )
 
-controller = import_module("sglang.srt.mem_cache.rust_tree_core.adapter", SHELLS, STUBS)
+# Load the .so bundled in the wheel; never let sglang's loader fall back to building the
+# crate with Cargo (the wheel has no crate; a libtorch mismatch then reads as absent).
+os.environ.setdefault("SGLANG_RUST_BUILD_MODE", "never")
+try:
+    controller = import_module("sglang.srt.mem_cache.rust_tree_core.adapter", SHELLS, STUBS)
+except (OSError, RuntimeError) as failed:
+    raise ImportError(f"sglang's Rust tree core did not load: {failed}") from failed
 init_params = import_module("sglang.srt.mem_cache.cache_init_params", SHELLS, STUBS)
 component_type = import_module("sglang.srt.mem_cache.unified_cache.component_type", SHELLS, STUBS)
 cache_action = import_module("sglang.srt.mem_cache.unified_cache.cache_action", SHELLS, STUBS)
