@@ -26,7 +26,7 @@ from typing import Any
 import torch
 
 from radixkv_conformance.adapters._pymllm_import import import_module
-from radixkv_conformance.profile import Profile
+from radixkv_conformance.profile import LRU_SPLIT_REFRESHES_BOTH, Profile
 from radixkv_conformance.protocol import Host, Indices, Namespace, Sizes, TokenPlace, Tokens
 from radixkv_conformance.semantics import Semantics
 
@@ -35,11 +35,12 @@ radix_cache = import_module("radix_cache")
 
 NOTES = (
     "pymllm RadixCache (b9c30702) from PYMLLM_SRC. The caller frees duplicates "
-    "(prefix_len); reset drops the tree without freeing; recency is a wall-clock stamp per "
-    "node, one stamp per walk. page_hashes hashes the deepest node first."
+    "(prefix_len); reset drops the tree without freeing; a walk stamps each node before it "
+    "splits it, so a split refreshes both halves. page_hashes hashes the deepest node first."
 )
 PROFILE = Profile(
     "pymllm",
+    victims=LRU_SPLIT_REFRESHES_BOTH,
     reset_frees=False,
     page_sizes=(1, 2, 4),
     notes=NOTES,

@@ -41,13 +41,15 @@ mamba_radix_cache = import_module("mamba_radix_cache")
 NOTES = (
     "pymllm MambaRadixCache (b9c30702) from PYMLLM_SRC: full-KV match (no cut back to a "
     "state, no copy-on-write); the caller frees duplicate KV and, when mamba_exist, its own "
-    "slot; reset drops the tree without freeing. A node's state is reported at its last page."
+    "slot; reset drops the tree without freeing. A node's state is reported at its last page. "
+    "Page size 1 only: with larger pages insert stores the unaligned tail, the finding the "
+    "pymllm profile reports on the shared insert path."
 )
 PROFILE = Profile(
     "pymllm-mamba",
     mamba_match=FULL_KV,
     reset_frees=False,
-    page_sizes=(1, 2),
+    page_sizes=(1,),
     notes=NOTES,
 )
 

@@ -19,7 +19,7 @@ from typing import Any
 import torch
 
 from radixkv_conformance.adapters.pymllm import PymllmRadixCacheAdapter
-from radixkv_conformance.profile import Profile
+from radixkv_conformance.profile import LRU_SPLIT_REFRESHES_BOTH, Profile
 from radixkv_conformance.protocol import (
     Evicted,
     Host,
@@ -32,17 +32,20 @@ from radixkv_conformance.protocol import (
 
 NOTES = (
     "pymllm RadixCache with a sliding window (b9c30702) from PYMLLM_SRC. Insert frees the "
-    "caller's duplicates itself; reset drops the tree without freeing; a lock's "
-    "swa_boundary_id (None included) goes back to its unlock unchanged. Insert returns no "
-    "node: the adapter finds it by a read-only key walk."
+    "caller's duplicates itself and stamps each node before it splits it (both halves "
+    "refreshed); reset drops the tree without freeing; a lock's swa_boundary_id (None "
+    "included) goes back to its unlock unchanged. Insert returns no node: the adapter finds "
+    "it by a read-only key walk. Page size 1 only: with larger pages insert stores the "
+    "unaligned tail, the finding the pymllm profile reports on the shared insert path."
 )
 PROFILE = Profile(
     "pymllm-swa",
+    victims=LRU_SPLIT_REFRESHES_BOTH,
     duplicates="cache",
     reset_frees=False,
     swa_lock_tokens="exact",
     swa_insert_args=True,
-    page_sizes=(1, 2),
+    page_sizes=(1,),
     notes=NOTES,
 )
 
