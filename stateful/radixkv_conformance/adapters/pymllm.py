@@ -28,7 +28,6 @@ import torch
 from radixkv_conformance.adapters._pymllm_import import import_module
 from radixkv_conformance.profile import LRU_SPLIT_REFRESHES_BOTH, Profile
 from radixkv_conformance.protocol import Host, Indices, Namespace, Sizes, TokenPlace, Tokens
-from radixkv_conformance.semantics import Semantics
 
 base = import_module("base_prefix_cache")
 radix_cache = import_module("radix_cache")
@@ -43,15 +42,6 @@ PROFILE = Profile(
     victims=LRU_SPLIT_REFRESHES_BOTH,
     reset_frees=False,
     page_sizes=(1, 2, 4),
-    notes=NOTES,
-)
-SEMANTICS = Semantics(  # what today's machine reads; PROFILE is what the kit reads next
-    "pymllm",
-    reset_frees=False,
-    page_sizes=(1, 2, 4),
-    capabilities=frozenset(
-        {"namespaces", "hashing", "reset", "unlock_checks", "stale_handles", "on_node_evict"}
-    ),
     notes=NOTES,
 )
 

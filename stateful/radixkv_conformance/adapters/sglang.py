@@ -19,19 +19,16 @@ from typing import Any
 import torch
 
 from radixkv_conformance.adapters._sglang_import import import_module
-from radixkv_conformance.profile import LRU_SPLIT_REFRESHES_BOTH, Profile
+from radixkv_conformance.profile import SGLANG
 from radixkv_conformance.protocol import FreeSink, Sizes
 from radixkv_conformance.protocol import TokenPlace as Slot
-from radixkv_conformance.semantics import SGLANG
 
 NOTES = (
-    "sglang's Python RadixCache (0.5.23), built with create_simulated: a split refreshes "
-    "both halves; reset drops the tree without freeing; the caller frees duplicates "
-    "(prefix_len). Tokens go in as array('q'): a token that is no int64 is rejected by "
-    "that conversion, not by sglang. Page hashes are sglang's own encoding (not claimed)."
+    "sglang's Python RadixCache (0.5.23), built with create_simulated. Tokens go in as "
+    "array('q'): a token that is no int64 is rejected by that conversion, not by sglang. "
+    "Page hashes are sglang's own encoding (not claimed)."
 )
-PROFILE = Profile("sglang", victims=LRU_SPLIT_REFRESHES_BOTH, reset_frees=False, notes=NOTES)
-SEMANTICS = SGLANG  # what today's machine reads; PROFILE is what the kit reads next
+PROFILE = SGLANG  # a split refreshes both halves; reset frees nothing; the caller frees
 
 # Packages whose __init__ would import the serving stack: loaded as bare shells.
 SHELLS = (
@@ -75,13 +72,13 @@ class _SinkAllocator:
 class SglangRadixCacheAdapter:
     """Token tuples become ``array('q')`` keys, indices int64 tensors, as sglang's callers do."""
 
+    capabilities = frozenset({"namespaces", "reset", "bad_input", "unlock_checks"})
     usage_errors: tuple[type[BaseException], ...] = (
         ValueError,
         TypeError,
         OverflowError,
         AssertionError,
     )
-    capabilities = frozenset({"namespaces", "reset", "bad_input", "unlock_checks"})
     notes = NOTES
 
     def __init__(self, page_size: int, sink: FreeSink) -> None:
@@ -135,9 +132,6 @@ class SglangRadixCacheAdapter:
                     out[(child.key.extra_key, child_path[: at // p * p + p], at % p)] = index
                 stack.append((child, child_path))
         return out
-
-    def page_hashes(self, handle: Any) -> list[str]:
-        raise NotImplementedError("sglang's page hashes use its own encoding")
 
     def check(self) -> None:
         """sglang has no cheap self-check on this class."""

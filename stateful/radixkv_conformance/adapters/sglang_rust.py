@@ -51,7 +51,6 @@ from radixkv_conformance.adapters._sglang_import import import_module
 from radixkv_conformance.profile import LRU_SPLIT_REFRESHES_BOTH, Profile
 from radixkv_conformance.protocol import FreeSink, Sizes
 from radixkv_conformance.protocol import TokenPlace as Slot
-from radixkv_conformance.semantics import Semantics
 
 SHELLS = (*python_tree.SHELLS, "sglang.srt.mem_cache.unified_cache")
 STUBS = (
@@ -89,14 +88,6 @@ PROFILE = Profile(
     victims=LRU_SPLIT_REFRESHES_BOTH,
     duplicates="cache",
     reset_frees=False,
-    notes=NOTES,
-)
-SEMANTICS = Semantics(  # what today's machine reads; PROFILE is what the kit reads next
-    "sglang-rust",
-    duplicates="cache",
-    victim_order="any",
-    reset_frees=False,
-    capabilities=CAPABILITIES,
     notes=NOTES,
 )
 
