@@ -1,7 +1,7 @@
 """sglang's Python ``RadixCache`` (sglang 0.5.23) under the conformance machine.
 
     pip install --no-deps sglang==0.5.23
-    radixkv check radixkv_conformance.adapters.sglang:factory --profile sglang
+    radixkv check radixkv_conformance.adapters.sglang:factory
 
 sglang's package ``__init__`` pulls in its whole serving stack (triton, zmq, PIL, ...). The
 radix tree needs none of it, so this adapter imports ``sglang.srt.mem_cache.radix_cache``
@@ -12,35 +12,36 @@ sglang's own code is used unmodified.
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
-import sys
-import types
 from array import array
 from collections.abc import Hashable
-from pathlib import Path
 from typing import Any
 
 import torch
 
+from radixkv_conformance.adapters._sglang_import import import_module
 from radixkv_conformance.profile import SGLANG
 from radixkv_conformance.protocol import FreeSink, Sizes
 from radixkv_conformance.protocol import TokenPlace as Slot
 
-PROFILE = SGLANG
+NOTES = (
+    "sglang's Python RadixCache (0.5.23), built with create_simulated. Tokens go in as "
+    "array('q'): a token that is no int64 is rejected by that conversion, not by sglang. "
+    "Page hashes are sglang's own encoding (not claimed)."
+)
+PROFILE = SGLANG  # a split refreshes both halves; reset frees nothing; the caller frees
 
 # Packages whose __init__ would import the serving stack: loaded as bare shells.
-_SHELLS = (
+SHELLS = (
     "sglang",
     "sglang.srt",
-    "sglang.srt.utils",
     "sglang.srt.mem_cache",
     "sglang.kernels",
     "sglang.kernels.ops",
     "sglang.kernels.ops.kvcache",
 )
 # Modules the tree imports names from but never calls on the paths the machine drives.
-_STUBS = (
+STUBS = (
+    "sglang.srt.utils",  # its __init__ star-imports the serving utilities
     "sglang.srt.utils.common",  # ceil_align: only in the Req-based checkpoint path
     "sglang.srt.mem_cache.allocator",  # type annotations only
     "sglang.srt.mem_cache.memory_pool",  # type annotations only
@@ -50,35 +51,8 @@ _STUBS = (
     "sglang.kernels.ops.kvcache.mla_buffer",  # triton kernels for MLA buffers
 )
 
-
-class _Stub(types.ModuleType):
-    """A module whose every public attribute is an inert placeholder class."""
-
-    def __getattr__(self, attr: str) -> Any:
-        if attr.startswith("__"):
-            raise AttributeError(attr)
-        return type(attr, (), {})
-
-
-def _import_tree() -> Any:
-    if "sglang.srt.mem_cache.radix_cache" in sys.modules:
-        return sys.modules["sglang.srt.mem_cache.radix_cache"]
-    spec = importlib.util.find_spec("sglang")
-    if spec is None or spec.origin is None:
-        raise ImportError("sglang is not installed (pip install --no-deps sglang==0.5.23)")
-    root = Path(spec.origin).parent.parent
-    for name in _SHELLS:
-        if name not in sys.modules:
-            shell = types.ModuleType(name)
-            shell.__path__ = [str(root.joinpath(*name.split(".")))]
-            sys.modules[name] = shell
-    for name in _STUBS:
-        sys.modules.setdefault(name, _Stub(name))
-    return importlib.import_module("sglang.srt.mem_cache.radix_cache")
-
-
-radix_cache = _import_tree()
-base = importlib.import_module("sglang.srt.mem_cache.base_prefix_cache")
+radix_cache = import_module("sglang.srt.mem_cache.radix_cache", SHELLS, STUBS)
+base = import_module("sglang.srt.mem_cache.base_prefix_cache", SHELLS, STUBS)
 
 
 class _SinkAllocator:
@@ -105,6 +79,7 @@ class SglangRadixCacheAdapter:
         OverflowError,
         AssertionError,
     )
+    notes = NOTES
 
     def __init__(self, page_size: int, sink: FreeSink) -> None:
         self.page_size = page_size

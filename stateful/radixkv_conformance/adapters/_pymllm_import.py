@@ -1,0 +1,49 @@
+"""Load pymllm's ``mem_cache`` submodules from a local checkout of its repository.
+
+pymllm (UbiquitousLearning/mllm, folder ``pymllm/mem_cache``) is not on the package index,
+and its ``pymllm/mem_cache/__init__.py`` imports ``memory_pool``, which needs CUDA kernels.
+The prefix caches need neither: ``pymllm`` and ``pymllm.mem_cache`` are registered as bare
+packages (a ``__path__`` into the checkout, no ``__init__`` run), then the cache modules are
+imported unmodified. Nothing from pymllm is copied into radixkv; the user points at a
+checkout with ``PYMLLM_SRC`` (the repository root, holding ``pymllm/``).
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+import types
+from pathlib import Path
+from typing import Any
+
+ENV = "PYMLLM_SRC"
+_PACKAGES = ("pymllm", "pymllm.mem_cache")
+
+
+def checkout() -> Path:
+    """The checkout named by ``PYMLLM_SRC``; ``ImportError`` saying how to get one."""
+    src = os.environ.get(ENV)
+    if not src:
+        raise ImportError(
+            f"pymllm is not installable from the package index: set {ENV} to a checkout of "
+            "https://github.com/UbiquitousLearning/mllm (the folder holding pymllm/)"
+        )
+    root = Path(src).expanduser()
+    if not (root / "pymllm" / "mem_cache" / "radix_cache.py").is_file():
+        raise ImportError(f"{ENV}={src} holds no pymllm/mem_cache/radix_cache.py")
+    return root
+
+
+def import_module(name: str) -> Any:
+    """Import ``pymllm.mem_cache.<name>`` from the checkout, under bare parent packages."""
+    full = f"pymllm.mem_cache.{name}"
+    if full in sys.modules:
+        return sys.modules[full]
+    root = checkout()
+    for package in _PACKAGES:
+        if package not in sys.modules:
+            shell = types.ModuleType(package)
+            shell.__path__ = [str(root.joinpath(*package.split(".")))]
+            sys.modules[package] = shell
+    return importlib.import_module(full)

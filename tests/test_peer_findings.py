@@ -1,0 +1,192 @@
+"""The peers' findings, each replayed step by step through its adapter (peers.md).
+
+Each test plays the shrunk steps of one finding with plain values and asserts the wrong
+observable, so it fails the day the peer fixes the bug (then the finding's row in the README
+goes). The same findings as JSON vectors (FORMAT.md) are in ``tests/vectors/``; these cover
+the SWA and Mamba steps the trace format cannot spell yet. A test skips, saying why, when its
+peer is absent: sglang is ``pip install --no-deps sglang==0.5.23`` (plus ``msgspec`` for
+the Rust core), pymllm a checkout named by ``PYMLLM_SRC``.
+"""
+
+from __future__ import annotations
+
+import importlib
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+
+def _peer(module: str) -> ModuleType:
+    try:
+        return importlib.import_module(f"radixkv_conformance.adapters.{module}")
+    except ImportError as missing:
+        pytest.skip(f"{module} is absent: {missing}")
+
+
+class Host:
+    """The engine around the cache: records what the cache frees."""
+
+    page_size = 1
+
+    def __init__(self, sliding_window: int | None = None) -> None:
+        self.sliding_window = sliding_window
+        self.freed: list[tuple[int, ...]] = []
+        self.freed_swa: list[tuple[int, ...]] = []
+        self.freed_slots: list[int] = []
+
+    def __call__(self, indices: tuple[int, ...]) -> None:
+        self.free(indices)
+
+    def free(self, indices: tuple[int, ...]) -> None:
+        self.freed.append(indices)
+
+    def free_swa(self, indices: tuple[int, ...]) -> None:
+        self.freed_swa.append(indices)
+
+    def alloc_slot(self) -> int:
+        raise AssertionError("pymllm never allocates a state slot")
+
+    def free_slot(self, slot: int) -> None:
+        self.freed_slots.append(slot)
+
+    def copy_state(self, src: int, dst: int) -> None:
+        raise AssertionError("pymllm never copies a state")
+
+
+def _swa(window: int) -> tuple[Host, Any]:
+    host = Host(window)
+    return host, _peer("pymllm_swa").factory(1, host)
+
+
+# -- pymllm SWA mode ---------------------------------------------------------------------
+
+
+def test_pymllm_swa_insert_diverging_inside_a_node_attaches_under_the_wrong_half() -> None:
+    _, cache = _swa(2)
+    cache.insert((1, 2, 3, 4), None, (1, 2, 3, 4))
+    cache.insert((1, 2, 9, 9), None, (1, 2, 7, 8))
+    contents = cache.contents()
+    # the suffix [9, 9] hangs below [1, 2, 3, 4] instead of below [1, 2]
+    assert contents[(None, (1, 2, 3, 4, 9, 9), 0)] == 8
+    assert (None, (1, 2, 9, 9), 0) not in contents
+    assert cache.match((1, 2, 9, 9), None)[0] == (1, 2)
+
+
+def test_pymllm_swa_match_does_not_refresh_recency() -> None:
+    host, cache = _swa(2)
+    cache.insert((1,), None, (1,))
+    cache.insert((2,), None, (2,))
+    cache.match((1,), None)  # [1] is now the most recently used leaf
+    cache.evict(1)
+    assert host.freed == [(1,)]  # LRU would take [2]
+
+
+def test_pymllm_swa_caches_a_suffix_whose_swa_kv_the_caller_freed_as_live() -> None:
+    _, cache = _swa(2)
+    cache.insert((1, 2, 3), None, (1, 2, 3), swa_evicted_seqlen=3)
+    pages = cache.swa_pages()
+    assert not any(tombstone for _, tombstone in pages.values())
+    assert cache.match((1, 2, 3), None)[0] == (1, 2, 3)  # served without its SWA KV
+
+
+def test_pymllm_swa_evictable_size_drifts_on_a_partly_swa_evicted_insert() -> None:
+    _, cache = _swa(2)
+    cache.insert((1, 2, 3), None, (1, 2, 3), swa_evicted_seqlen=1)
+    evictable, protected, total = cache.sizes()
+    assert (evictable + protected, total) == (2, 3)
+
+
+def test_pymllm_swa_tombstone_cascade_stops_at_a_tombstoned_parent() -> None:
+    _, cache = _swa(1)
+    cache.insert((1, 2), None, (1, 2))
+    cache.insert((1, 2, 3), None, (1, 2, 3))
+    cache.evict(0, swa_num_tokens=1)  # tombstones [1, 2] (its child keeps it internal)
+    assert cache.swa_pages()[(None, (1, 2))][1]
+    freed = cache.evict(1)
+    assert freed.full == 3  # [3] and then its tombstoned parent, one level only
+    assert cache.sizes().evictable < 0  # and the counter went negative on the way
+
+
+def test_pymllm_swa_tombstone_left_as_a_leaf_is_counted_as_swa_again() -> None:
+    host, cache = _swa(1)
+    top = cache.insert((1,), None, (1,)).handle
+    cache.insert((1, 2), None, (1, 2))
+    assert cache.evict(0, swa_num_tokens=1).swa == 1  # tombstones [1]: internal
+    token = cache.lock(top)
+    cache.evict(1)  # deletes [1, 2]; the locked tombstone [1] is left as a leaf
+    assert cache.swa_pages() == {(None, (1,)): ((1,), True)}
+    cache.unlock(top, token)
+    again = cache.evict(1)
+    assert again.swa == 1  # its SWA KV went at the first evict: counted twice
+    assert host.freed_swa == [(1,)]
+
+
+# -- pymllm MambaRadixCache --------------------------------------------------------------
+
+
+def test_pymllm_mamba_split_leaves_full_lock_below_mamba_lock() -> None:
+    host = Host()
+    cache = _peer("pymllm_mamba").factory(1, host)
+    inserted = cache.insert((1, 2, 3, 4), None, (10, 11, 12, 13), state_slot=5)
+    token = cache.lock(inserted.handle)
+    cache.match((1, 2), None)  # splits the locked node: the upper half copies mamba_lock_ref
+    cache.unlock(inserted.handle, token)
+    assert (0, 1) in cache.lock_counts()  # full_lock_ref 0 < mamba_lock_ref 1 (INV-30)
+
+
+def test_pymllm_mamba_split_moves_the_state_to_the_upper_half() -> None:
+    cache = _peer("pymllm_mamba").factory(1, Host())
+    cache.insert((1, 2, 3, 4), None, (10, 11, 12, 13), state_slot=5)
+    cache.match((1, 2), None)
+    slots = {path: slot for (_, path), (_, slot) in cache.mamba_contents().items()}
+    # slot 5 holds the state after [1, 2, 3, 4], now claimed by the prefix [1, 2]
+    assert slots[(1, 2)] == 5
+    assert slots[(1, 2, 3, 4)] is None
+
+
+# -- the adapters themselves -------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("module", "profile"),
+    [
+        ("sglang", "sglang"),
+        ("sglang_rust", "sglang-rust"),
+        ("pymllm", "pymllm"),
+        ("pymllm_swa", "pymllm-swa"),
+        ("pymllm_mamba", "pymllm-mamba"),
+    ],
+)
+def test_each_peer_adapter_backs_its_claims_and_has_its_own_profile(
+    module: str, profile: str
+) -> None:
+    from radixkv_conformance.protocol import require_capabilities
+
+    peer = _peer(module)
+    adapter = peer.factory(1, Host(sliding_window=2))
+    assert require_capabilities(adapter) == adapter.capabilities
+    assert peer.PROFILE.name == profile
+    assert adapter.notes  # the adapter's choices are printed with every report
+
+
+def test_pymllm_without_a_checkout_says_how_to_get_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    from radixkv_conformance.adapters import _pymllm_import
+
+    monkeypatch.delenv(_pymllm_import.ENV, raising=False)
+    with pytest.raises(ImportError, match="set PYMLLM_SRC"):
+        _pymllm_import.checkout()
+    monkeypatch.setenv(_pymllm_import.ENV, "/nonexistent")
+    with pytest.raises(ImportError, match=r"holds no pymllm/mem_cache/radix_cache\.py"):
+        _pymllm_import.checkout()
+
+
+def test_the_rust_core_frees_only_the_callers_duplicates() -> None:
+    host = Host()
+    cache = _peer("sglang_rust").factory(1, host)
+    cache.insert((1, 2, 3), None, (10, 11, 12))
+    # a request that matched [1, 2] holds the cache's 10, 11, then its own 21, 22
+    prefix_len, _ = cache.insert((1, 2, 3, 4), None, (10, 11, 21, 22))
+    assert prefix_len == 3
+    assert host.freed == [(21,)]  # its duplicate of 12; never the cache's own 10, 11
+    assert sorted(cache.contents().values()) == [10, 11, 12, 22]
