@@ -3,6 +3,7 @@
     radixkv check                                  # radixkv's RadixCache, ChunkCache, RadixTrie
     radixkv check MODULE:FACTORY [--profile NAME]  # another implementation, under a profile
     radixkv check --replay TRACE.json [MODULE:FACTORY]
+    radixkv check --exhaustive N [MODULE:FACTORY]  # every sequence up to N steps
     radixkv replay [--cache radixkv|sglang] [--requests N] [--page-size P] [--plot FILE]
 
 ``--profile`` names a semantic profile (radixkv, chunk, max, sglang; default: the module's
@@ -43,6 +44,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     check.add_argument("--thorough", action="store_true", help="= --hypothesis-profile thorough")
     check.add_argument("--replay", type=Path, help="replay a JSON trace instead of searching")
     check.add_argument(
+        "--exhaustive", type=int, metavar="N", help="run every sequence up to N steps instead"
+    )
+    check.add_argument(
         "--traces", type=Path, default=Path("conformance-traces"), help="where failures go"
     )
     check.add_argument(
@@ -67,6 +71,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"unknown --profile {semantics_name!r}; known: {sorted(SEMANTICS)}")
     if args.replay is not None:
         return _replay(args.replay, args.target, semantics_name)
+    if args.exhaustive is not None:
+        from radixkv_conformance import exhaustive
+
+        explored = exhaustive.own_targets()
+        if args.target:
+            factory, declared = _load(args.target)
+            semantics = _semantics(semantics_name, declared)
+            explored = [exhaustive.core_target(args.target, factory, semantics)]
+        return exhaustive.command(explored, args.exhaustive, args.traces)
     targets: list[tuple[str, str, str | None]] = list(OWN)
     if args.target:
         targets = [(args.target, args.target, semantics_name)]
