@@ -12,9 +12,9 @@ from radixkv_conformance import (
     CHUNK_CACHE,
     MAX_RADIX_TRIE,
     ConformanceError,
-    RadixCacheAdapter,
     run_conformance,
 )
+from radixkv_conformance.adapter import RadixCacheAdapter
 from radixkv_conformance.adapters import broken, chunk, max_trie
 from radixkv_conformance.cli import main
 from radixkv_conformance.semantics import RADIXKV, Semantics

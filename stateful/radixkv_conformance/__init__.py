@@ -11,7 +11,6 @@ pytest/unittest test case. Failures are shrunk and kept as replayable JSON trace
 (``radixkv_conformance.trace``, FORMAT.md).
 """
 
-from radixkv_conformance.adapter import PrefixCacheAdapter, RadixCacheAdapter, Sizes
 from radixkv_conformance.conformance import (
     ConformanceError,
     ConformanceReport,
@@ -19,6 +18,16 @@ from radixkv_conformance.conformance import (
     run_conformance,
 )
 from radixkv_conformance.machines import RadixCacheMachine, machine_for
+from radixkv_conformance.protocol import (
+    AdapterError,
+    Evicted,
+    Host,
+    Inserted,
+    Matched,
+    PrefixCacheAdapter,
+    Sizes,
+    require_capabilities,
+)
 from radixkv_conformance.semantics import (
     CHUNK_CACHE,
     MAX_RADIX_TRIE,
@@ -34,14 +43,29 @@ __all__ = [
     "RADIXKV",
     "SEMANTICS",
     "SGLANG",
+    "AdapterError",
     "ConformanceError",
     "ConformanceReport",
+    "Evicted",
     "Failure",
+    "Host",
+    "Inserted",
+    "Matched",
     "PrefixCacheAdapter",
     "RadixCacheAdapter",
     "RadixCacheMachine",
     "Semantics",
     "Sizes",
     "machine_for",
+    "require_capabilities",
     "run_conformance",
 ]
+
+
+def __getattr__(name: str) -> object:
+    """``RadixCacheAdapter`` imports torch: loaded only when asked for."""
+    if name == "RadixCacheAdapter":
+        from radixkv_conformance.adapter import RadixCacheAdapter
+
+        return RadixCacheAdapter
+    raise AttributeError(f"module 'radixkv_conformance' has no attribute {name!r}")

@@ -7,77 +7,21 @@ index the cache hands back to its allocator, one tuple per ``free`` call.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable
-from typing import Any, NamedTuple, Protocol, cast
+from collections.abc import Hashable
+from typing import Any, cast
 
 import torch
 
 import radixkv
 from radixkv.tree import TreeNode, iter_subtree, path_to_root
-
-Namespace = str | None
-Slot = tuple[Namespace, tuple[int, ...], int]
-"""Where a cached token sits: namespace, the page-aligned path ending with its page, offset.
-
-Per page, not per token: with page_size > 1 the cached pages [1, 2] and [1, 3] hold
-different indices for the same first token.
-"""
-FreeSink = Callable[[tuple[int, ...]], None]
-
-
-class Sizes(NamedTuple):
-    evictable: int
-    protected: int
-    total: int
-
-
-class PrefixCacheAdapter(Protocol):
-    """What a harness needs from a prefix cache; an engine writes one in about 50 lines.
-
-    Arguments are passed through unvalidated, so the bad-input rules reach the cache.
-    """
-
-    page_size: int
-    usage_errors: tuple[type[BaseException], ...]
-
-    def match(self, tokens: tuple[Any, ...], namespace: Any) -> tuple[tuple[int, ...], Any]:
-        """Returns (matched indices, handle of the node ending at the match)."""
-
-    def insert(
-        self, tokens: tuple[Any, ...], namespace: Any, indices: tuple[int, ...]
-    ) -> tuple[int | None, Any]:
-        """Returns (prefix_len, handle of the node ending at the aligned key).
-
-        ``prefix_len`` is ``None`` for a cache that does not report it (profile
-        ``duplicates="kept"``, like MAX's RadixTrie).
-        """
-
-    def lock(self, handle: Any) -> Any:
-        """Lock the path to ``handle``; returns whatever the unlock needs back."""
-
-    def unlock(self, handle: Any, token: Any) -> None: ...
-
-    def evict(self, num_tokens: Any) -> int:
-        """Evict; returns the count the cache reports (frees go to the sink)."""
-
-    def reset(self) -> None: ...
-
-    def sizes(self) -> Sizes: ...
-
-    def contents(self) -> dict[Slot, int]:
-        """Every cached token's slot and its KV index."""
-
-    def page_hashes(self, handle: Any) -> list[str]:
-        """The page hashes of every page on the root path ending at ``handle``, in order."""
-
-    def check(self) -> None:
-        """The implementation's own invariant check, if it has one."""
-
-    def snapshot(self) -> Hashable:
-        """A plain picture of the whole state, to show a rejected call changed nothing."""
-
-
-AdapterFactory = Callable[[int, FreeSink], PrefixCacheAdapter]
+from radixkv_conformance.protocol import (  # noqa: F401  # re-exported for older imports
+    AdapterFactory,
+    FreeSink,
+    Namespace,
+    PrefixCacheAdapter,
+    Sizes,
+)
+from radixkv_conformance.protocol import TokenPlace as Slot
 
 
 class _SinkAllocator:

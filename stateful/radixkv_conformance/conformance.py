@@ -27,8 +27,8 @@ from hypothesis import settings as Settings
 from hypothesis.reporting import with_reporter
 from hypothesis.stateful import run_state_machine_as_test
 
-from radixkv_conformance.adapter import AdapterFactory
 from radixkv_conformance.machines import BAD_CALLS, RadixCacheMachine, machine_for
+from radixkv_conformance.protocol import AdapterFactory
 from radixkv_conformance.semantics import CAPABILITIES, RADIXKV, Semantics
 from radixkv_conformance.trace import invariant_id, trace_document
 

@@ -32,7 +32,7 @@ from radixkv_spec.tokens import page_align
 
 import radixkv
 from radixkv.mamba_node import MambaTreeNode
-from radixkv_conformance.adapter import Namespace
+from radixkv_conformance.protocol import Namespace
 
 NAMESPACES = st.sampled_from([None, "a"])
 TOKEN_ALPHABET = st.integers(0, 3)

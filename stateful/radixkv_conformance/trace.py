@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from radixkv_conformance.adapter import AdapterFactory
 from radixkv_conformance.machines import (
     INVARIANTS,
     LockRef,
@@ -23,6 +22,7 @@ from radixkv_conformance.machines import (
     Step,
     machine_for,
 )
+from radixkv_conformance.protocol import AdapterFactory
 from radixkv_conformance.semantics import SEMANTICS, Semantics
 
 FORMAT = "radixkv-trace/1"

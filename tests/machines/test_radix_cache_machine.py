@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 import torch
-from radixkv_conformance.adapter import FreeSink, RadixCacheAdapter
+from radixkv_conformance.adapter import RadixCacheAdapter
 from radixkv_conformance.machines import machine_for
+from radixkv_conformance.protocol import FreeSink
 
 TestRadixCache = machine_for("RadixCacheMachine", RadixCacheAdapter).TestCase
 

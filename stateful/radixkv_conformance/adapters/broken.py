@@ -7,7 +7,8 @@ stateful.adapters.broken:factory`` must fail with a short, readable trace.
 
 from __future__ import annotations
 
-from radixkv_conformance.adapter import FreeSink, RadixCacheAdapter
+from radixkv_conformance.adapter import RadixCacheAdapter
+from radixkv_conformance.protocol import FreeSink
 from radixkv_conformance.semantics import RADIXKV
 
 SEMANTICS = RADIXKV

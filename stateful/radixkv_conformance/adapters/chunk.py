@@ -8,7 +8,8 @@ from typing import Any
 import torch
 
 import radixkv
-from radixkv_conformance.adapter import FreeSink, Sizes, Slot
+from radixkv_conformance.protocol import FreeSink, Sizes
+from radixkv_conformance.protocol import TokenPlace as Slot
 from radixkv_conformance.semantics import CHUNK_CACHE
 
 SEMANTICS = CHUNK_CACHE

@@ -15,7 +15,8 @@ from typing import Any
 import radixkv
 from radixkv.radix_trie import TrieNode
 from radixkv.tokens import validate_tokens
-from radixkv_conformance.adapter import FreeSink, Sizes, Slot
+from radixkv_conformance.protocol import FreeSink, Sizes
+from radixkv_conformance.protocol import TokenPlace as Slot
 from radixkv_conformance.semantics import MAX_RADIX_TRIE
 
 SEMANTICS = MAX_RADIX_TRIE

@@ -23,7 +23,8 @@ from typing import Any
 
 import torch
 
-from radixkv_conformance.adapter import FreeSink, Sizes, Slot
+from radixkv_conformance.protocol import FreeSink, Sizes
+from radixkv_conformance.protocol import TokenPlace as Slot
 from radixkv_conformance.semantics import SGLANG
 
 SEMANTICS = SGLANG
