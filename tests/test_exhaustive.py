@@ -1,0 +1,202 @@
+"""The bounded exhaustive explorer: it finds planted bugs, counts exactly, and passes radixkv."""
+
+from __future__ import annotations
+
+from collections import Counter
+from functools import cache
+from typing import Any
+
+import pytest
+from hypothesis import strategies as st
+from hypothesis.stateful import Bundle, RuleBasedStateMachine, consumes, rule
+from radixkv_conformance.adapter import RadixCacheAdapter
+from radixkv_conformance.adapters import broken
+from radixkv_conformance.exhaustive import (
+    MAMBA,
+    SWA,
+    Alphabet,
+    Fixed,
+    core_alphabet,
+    core_target,
+    explore,
+    own_targets,
+)
+from radixkv_conformance.machines import machine_for
+from radixkv_conformance.protocol import FreeSink
+from radixkv_conformance.semantics import RADIXKV
+from radixkv_conformance.trace import replay
+
+
+def _page_size_one() -> Alphabet:
+    alphabet = core_alphabet()
+    return Alphabet("page 1", {**alphabet.domains, "page_size": Fixed((1,))})
+
+
+class IgnoresNamespaces(RadixCacheAdapter):
+    """Every key lands in the default namespace: namespaces share prefixes they must not."""
+
+    def match(self, tokens: tuple[Any, ...], namespace: Any) -> tuple[tuple[int, ...], Any]:
+        return super().match(tokens, None)
+
+    def insert(
+        self, tokens: tuple[Any, ...], namespace: Any, indices: tuple[int, ...]
+    ) -> tuple[int, Any]:
+        return super().insert(tokens, None, indices)
+
+
+class AcceptsUnmatchedUnlock(RadixCacheAdapter):
+    """An unlock no lock matches is swallowed instead of rejected."""
+
+    def unlock(self, handle: Any, token: Any) -> None:
+        if token is not None:
+            super().unlock(handle, token)
+
+
+def _findings(factory: Any, depth: int, fork: Any = "copy") -> dict[tuple[str, str | None], Any]:
+    machine = machine_for("Planted", factory, RADIXKV)
+    return explore(machine, _page_size_one(), depth, fork=fork).findings
+
+
+def test_finds_the_leak_of_the_adapter_that_forgets_to_free() -> None:
+    findings = _findings(broken.factory, 2)
+    evict = findings[("evict", "INV-11")]
+    assert [step.rule for step in evict.steps] == ["extend_request", "evict"]
+    assert "freed 0" in evict.message
+    reset = findings[("reset", "INV-7")]
+    assert [step.rule for step in reset.steps] == ["extend_request", "reset"]
+
+
+def test_a_finding_is_a_replayable_trace_that_fails_again() -> None:
+    finding = _findings(broken.factory, 2)[("evict", "INV-11")]
+    assert finding.trace is not None
+    result = replay(finding.trace, broken.factory, RADIXKV)
+    assert not result.passed and result.invariant == "INV-11"
+    assert replay(finding.trace, RadixCacheAdapter, RADIXKV).passed
+
+
+def test_finds_namespaces_that_share_in_two_steps() -> None:
+    findings = _findings(lambda p, sink: IgnoresNamespaces(p, sink), 2)
+    found = [f for f in findings.values() if f.invariant == "INV-10"]
+    assert found, findings
+    shortest = min(found, key=lambda f: len(f.steps))
+    assert len(shortest.steps) == 2
+    namespaces = [dict(step.choices).get("namespace") for step in shortest.steps]
+    assert namespaces == [None, "a"]  # canonical order: "a" only after None
+
+
+def test_finds_an_accepted_unmatched_unlock() -> None:
+    findings = _findings(lambda p, sink: AcceptsUnmatchedUnlock(p, sink), 2)
+    finding = findings[("unmatched unlock", "INV-14")]
+    assert [step.rule for step in finding.steps][-1] == "unlock_without_lock"
+
+
+def test_copying_states_and_rerunning_prefixes_explore_the_same_sequences() -> None:
+    machine = machine_for("Planted", broken.factory, RADIXKV)
+    copied = explore(machine, _page_size_one(), 2, fork="copy")
+    rerun = explore(machine, _page_size_one(), 2, fork="rerun")
+    assert copied.by_length == rerun.by_length
+    assert copied.findings.keys() == rerun.findings.keys()
+
+
+# ---- counts, computed independently ----------------------------------------------------------
+
+
+def _canonical_keys(tokens_used: int, lengths: range) -> int:
+    """Token lists over {0, 1}: all of them once a token is in use (0 and 1 are then told
+    apart); before that one per orbit of the swap 0 <-> 1 (Burnside: (all + lists the swap
+    fixes) / 2, and the swap fixes only [])."""
+    everything = sum(1 << n for n in lengths)
+    return everything if tokens_used else (everything + 1) // 2
+
+
+def test_counts_what_the_core_alphabet_implies_at_depth_two() -> None:
+    """Page size 1, keys of 0..2 tokens over {0, 1}, namespaces None and "a".
+
+    Step 1 has no handles yet and only namespace None: insert, extend_request and match per
+    canonical key, evict 1 or 2, reset, six bad calls. A step that changes nothing
+    (evict or reset of an empty cache, a rejected bad call) is not extended. After a keyed
+    step both namespaces are open, the key's tokens are in use, and there is one handle for
+    lock, page_hashes and unlock_without_lock.
+    """
+    keys = range(3)
+    others = 2 + 1 + 6  # evict 1 / 2, reset, bad calls
+    first = 3 * _canonical_keys(0, keys) + others
+    second = 0
+    for key in [(), (0,), (0, 0), (0, 1)]:
+        in_use = len(set(key))
+        second += 3 * (3 * 2 * _canonical_keys(in_use, keys) + 3 + others)
+    machine = machine_for("Counted", RadixCacheAdapter, RADIXKV)
+    report = explore(machine, _page_size_one(), 2)
+    assert report.by_length == Counter({1: first, 2: second})
+    assert (first, second) == (21, 594)  # the same numbers, spelled out
+    assert report.passed
+
+
+class Stack(RuleBasedStateMachine):
+    """A toy machine: the explorer must branch on every draw and every bundle value."""
+
+    items = Bundle("items")
+
+    @rule(target=items, n=st.integers(0, 2))
+    def push(self, n: int) -> int:
+        return n
+
+    @rule(item=items)
+    def peek(self, item: int) -> None:
+        pass
+
+    @rule(item=consumes(items))
+    def pop(self, item: int) -> None:
+        pass
+
+    @rule(data=st.data())
+    def pair(self, data: st.DataObject) -> None:
+        data.draw(st.booleans(), label="left")
+        data.draw(st.sampled_from("xyz"), label="right")
+
+
+@cache
+def _stack_sequences(items: int, depth: int) -> int:
+    if depth == 0:
+        return 0
+    steps = [(3, items + 1), (items, items), (items, items - 1), (2 * 3, items)]
+    return sum(n * (1 + _stack_sequences(after, depth - 1)) for n, after in steps if n)
+
+
+@pytest.mark.parametrize("depth", [1, 2, 3, 4])
+def test_counts_every_draw_and_every_handle(depth: int) -> None:
+    domains = {"n": Fixed((0, 1, 2)), "left": Fixed((False, True)), "right": Fixed(tuple("xyz"))}
+    alphabet = Alphabet("stack", domains)
+    report = explore(Stack, alphabet, depth)
+    assert report.sequences == _stack_sequences(0, depth)
+    assert report.by_length[1] == 3 + 6  # push 0/1/2 and the six pairs: no item yet
+
+
+# ---- radixkv's own caches ------------------------------------------------------------------
+
+
+def test_radixkv_caches_hold_every_short_sequence() -> None:
+    reports = [explore(t.machine(), t.alphabet(), 1, name=t.label) for t in own_targets()]
+    assert [r.name for r in reports] == ["RadixCache", "RadixCache (SWA)", "MambaRadixCache"]
+    for report in reports:
+        assert report.passed, report.render()
+        assert report.sequences > 0
+
+
+def test_radixkv_radix_cache_holds_every_sequence_of_two_steps() -> None:
+    target = core_target("RadixCache", RadixCacheAdapter, RADIXKV)
+    report = explore(target.machine(), target.alphabet(), 2)
+    assert report.passed, report.render()
+
+
+def test_alphabets_name_page_sizes_one_and_two() -> None:
+    for alphabet in (core_alphabet(), SWA, MAMBA):
+        assert alphabet.domains["page_size"] == Fixed((1, 2))
+
+
+def test_a_factory_for_any_cache_is_explored() -> None:
+    def factory(page_size: int, sink: FreeSink) -> RadixCacheAdapter:
+        return RadixCacheAdapter(page_size, sink)
+
+    report = explore(core_target("mine", factory, RADIXKV).machine(), _page_size_one(), 1)
+    assert report.passed and report.sequences == 21
