@@ -255,9 +255,13 @@ class _Draws:
         options = (
             domain.options(self.state.seen, self.state.machine, strategy)
             if domain is not None
-            else [(_representative(strategy, self.rule, name), self.state.seen)]
+            else [(self._representative(strategy, name), self.state.seen)]
         )
         return self._pick(name, options)
+
+    def _representative(self, strategy: Any, name: str) -> Any:
+        self.explorer.representatives.add(f"{self.rule}.{name}")
+        return _representative(strategy, self.rule, name)
 
     def made(self) -> tuple[int, ...]:
         """The picks this call made: the prefix it was given, then first options."""
@@ -372,7 +376,7 @@ class ExhaustiveReport:
     seconds: float = 0.0
     by_length: Counter[int] = field(default_factory=Counter)
     findings: dict[tuple[str, str | None], Finding] = field(default_factory=dict)
-    fixed_draws: set[str] = field(default_factory=set)
+    representatives: set[str] = field(default_factory=set)  # draws with one value
 
     @property
     def passed(self) -> bool:
@@ -391,6 +395,8 @@ class ExhaustiveReport:
             f"fork={self.fork}, {self.pruned_noops} no-op prefixes not extended)",
             f"    {lengths}",
         ]
+        if self.representatives:
+            lines.append(f"    one value each: {', '.join(sorted(self.representatives))}")
         for i, finding in enumerate(self.findings.values(), 1):
             lines.append(f"  finding {i}: {finding.check}: {finding.message}")
             lines += [f"      {line}" for line in finding.lines()]
@@ -409,6 +415,7 @@ class _Driver:
         self.initializers = sorted(setup.initializers, key=lambda r: r.function.__name__)
         self.invariants = sorted(setup.invariants, key=lambda i: i.function.__name__)
         self.hypothesis_owned = frozenset(vars(machine_cls()))
+        self.representatives: set[str] = set()  # draws the alphabet does not name
 
     # ---- states ------------------------------------------------------------------------
 
@@ -598,7 +605,7 @@ class _Explorer:
         machine = state.machine
         message = str(error) if isinstance(error, AssertionError) else repr(error)
         message = message.splitlines()[0] if message else type(error).__name__
-        check = getattr(type(machine), "last_check", None) or (path[-1].rule if path else "start")
+        check = _check_name(machine) or (path[-1].rule if path else "start")
         finding = Finding(check, message, state.variant, path)
         key = (check, finding.invariant)
         known = self.report.findings.get(key)
@@ -615,6 +622,15 @@ class _Explorer:
 
 
 _UNSET = object()
+
+
+def _check_name(machine: Any) -> str | None:
+    """The check a machine says it was running (``check`` on the instance, or the older
+    class-level ``last_check``), if it says."""
+    for name in (getattr(machine, "check", None), getattr(type(machine), "last_check", None)):
+        if isinstance(name, str) and name:
+            return name
+    return None
 
 
 def _trace_document(machine: Any, name: str, finding: Finding) -> dict[str, Any] | None:
@@ -662,6 +678,7 @@ def explore(
     started = time.perf_counter()
     with _quiet_build_context():
         explorer.run_root(depth)
+    report.representatives = explorer.driver.representatives
     report.seconds = time.perf_counter() - started
     return report
 
