@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import threading
 from collections import Counter
 from functools import cache
 from typing import Any
 
 import pytest
 from hypothesis import strategies as st
-from hypothesis.stateful import Bundle, RuleBasedStateMachine, consumes, rule
+from hypothesis.stateful import Bundle, RuleBasedStateMachine, consumes, invariant, rule
 from radixkv_conformance.adapter import RadixCacheAdapter
 from radixkv_conformance.adapters import broken
 from radixkv_conformance.exhaustive import (
@@ -200,3 +201,68 @@ def test_a_factory_for_any_cache_is_explored() -> None:
 
     report = explore(core_target("mine", factory, RADIXKV).machine(), _page_size_one(), 1)
     assert report.passed and report.sequences == 21
+
+
+# ---- forking: copies must be independent, or prefixes are replayed -------------------------
+
+
+class SharedBox:
+    """A native-like object whose deepcopy returns itself: copies would share it."""
+
+    def __init__(self) -> None:
+        self.value = 0
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> SharedBox:
+        return self
+
+    def snapshot(self) -> int:
+        return self.value
+
+
+class Counting(RuleBasedStateMachine):
+    """The machine's own count must equal the box's; shared copies would break that."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sut: Any = SharedBox()
+        self.count = 0
+
+    @rule(by=st.integers(1, 2))
+    def bump(self, by: int) -> None:
+        self.sut.value += by
+        self.count += by
+
+    @invariant()
+    def agrees(self) -> None:
+        assert self.sut.value == self.count, "the box and the count differ"
+
+
+class Unpicklable(RuleBasedStateMachine):
+    """A machine holding something deepcopy refuses (a lock)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.guard = threading.Lock()
+        self.count = 0
+
+    @rule(by=st.integers(1, 2))
+    def bump(self, by: int) -> None:
+        self.count += by
+
+    @rule()
+    def touch(self) -> None:
+        assert self.guard.acquire(blocking=False), "a copy shares the lock"
+        self.guard.release()
+
+
+def test_copies_that_share_state_are_detected_and_prefixes_replayed() -> None:
+    report = explore(Counting, Alphabet("bump", {"by": Fixed((1, 2))}), 3)
+    assert report.fork == "rerun" and report.notes
+    assert report.passed, report.render()
+    assert report.sequences == 2 + 4 + 8
+
+
+def test_a_state_deepcopy_refuses_is_replayed_instead() -> None:
+    report = explore(Unpicklable, Alphabet("bump", {"by": Fixed((1, 2))}), 3)
+    assert report.fork == "rerun" and "copying a state failed" in report.notes[0]
+    assert report.sequences == 3 + 9 + 27

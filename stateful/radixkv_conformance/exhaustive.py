@@ -377,6 +377,7 @@ class ExhaustiveReport:
     by_length: Counter[int] = field(default_factory=Counter)
     findings: dict[tuple[str, str | None], Finding] = field(default_factory=dict)
     representatives: set[str] = field(default_factory=set)  # draws with one value
+    notes: list[str] = field(default_factory=list)
 
     @property
     def passed(self) -> bool:
@@ -395,6 +396,7 @@ class ExhaustiveReport:
             f"fork={self.fork}, {self.pruned_noops} no-op prefixes not extended)",
             f"    {lengths}",
         ]
+        lines += [f"    note: {note}" for note in self.notes]
         if self.representatives:
             lines.append(f"    one value each: {', '.join(sorted(self.representatives))}")
         for i, finding in enumerate(self.findings.values(), 1):
@@ -414,7 +416,7 @@ class _Driver:
         self.by_name = {r.function.__name__: r for r in self.rules}
         self.initializers = sorted(setup.initializers, key=lambda r: r.function.__name__)
         self.invariants = sorted(setup.invariants, key=lambda i: i.function.__name__)
-        self.hypothesis_owned = frozenset(vars(machine_cls()))
+        self.hypothesis_owned = _set_by_hypothesis(machine_cls)
         self.representatives: set[str] = set()  # draws the alphabet does not name
 
     # ---- states ------------------------------------------------------------------------
@@ -495,6 +497,14 @@ class _Driver:
         return bool(rule.targets) or any(b.consume for b in rule.bundles)
 
 
+def _set_by_hypothesis(machine_cls: type[RuleBasedStateMachine]) -> frozenset[str]:
+    """The attributes ``RuleBasedStateMachine.__init__`` itself sets (rules, bundles,
+    printers): copies share them. Whatever the machine's own ``__init__`` adds is copied."""
+    bare = object.__new__(machine_cls)
+    RuleBasedStateMachine.__init__(bare)
+    return frozenset(vars(bare))
+
+
 @contextmanager
 def _bound_builtins_follow_their_owner() -> Iterator[None]:
     """Make deepcopy rebind ``some_list.append`` to the copied list.
@@ -529,7 +539,13 @@ class _Explorer:
         self.last_progress = time.perf_counter()
 
     def branch(self, state: _State) -> _State:
-        return self.driver.copy(state) if self.fork == "copy" else self.driver.rebuild(state)
+        if self.fork == "copy":
+            try:
+                return self.driver.copy(state)
+            except Exception as error:  # e.g. a native object deepcopy refuses: replay instead
+                self.fork = self.report.fork = "rerun"
+                self.report.notes.append(f"copying a state failed ({error!r}): prefixes rerun")
+        return self.driver.rebuild(state)
 
     def children(self, state: _State, initial: bool = False) -> Iterator[tuple[_State, _Call]]:
         """Every step from ``state``: each applicable rule with each combination of draws."""
@@ -572,7 +588,8 @@ class _Explorer:
             yield from self._initialized(child, done + 1)
 
     def explore(self, state: _State, steps: list[Step], depth: int) -> None:
-        before: Any = _UNSET
+        copying = self.fork == "copy"
+        before: Any = self.driver.snapshot(state) if copying else _UNSET
         for child, call in self.children(state):
             self.report.sequences += 1
             self.report.by_length[len(steps) + 1] += 1
@@ -591,6 +608,8 @@ class _Explorer:
                     self.report.pruned_noops += 1
                     continue
             self.explore(child, path, depth)
+        if copying and before is not None and self.driver.snapshot(state) != before:
+            raise _CopiesShareState(f"a step on a copy changed its original, after {steps}")
 
     def _check(self, state: _State) -> Exception | None:
         try:
@@ -622,6 +641,11 @@ class _Explorer:
 
 
 _UNSET = object()
+
+
+class _CopiesShareState(Exception):
+    """A copied state is not independent of its original (a native object deepcopy only
+    shared, say): the exploration starts over, replaying prefixes instead."""
 
 
 def _check_name(machine: Any) -> str | None:
@@ -672,12 +696,18 @@ def explore(
     """
     if depth < 0:
         raise ValueError(f"depth must be >= 0, got {depth}")
+    started = time.perf_counter()
     report = ExhaustiveReport(name or machine_cls.__name__, depth, fork)
     explorer = _Explorer(_Driver(machine_cls, alphabet), report, fork)
     explorer.progress = progress
-    started = time.perf_counter()
     with _quiet_build_context():
-        explorer.run_root(depth)
+        try:
+            explorer.run_root(depth)
+        except _CopiesShareState as leak:
+            report = ExhaustiveReport(report.name, depth, "rerun", notes=[f"{leak}: rerun"])
+            explorer = _Explorer(_Driver(machine_cls, alphabet), report, "rerun")
+            explorer.progress = progress
+            explorer.run_root(depth)
     report.representatives = explorer.driver.representatives
     report.seconds = time.perf_counter() - started
     return report
