@@ -10,73 +10,84 @@ from typing import Any
 import pytest
 from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, consumes, invariant, rule
-from radixkv_conformance.adapter import RadixCacheAdapter
 from radixkv_conformance.adapters import broken
-from radixkv_conformance.exhaustive import (
-    MAMBA,
-    SWA,
-    Alphabet,
-    Fixed,
-    core_alphabet,
-    core_target,
-    explore,
-    own_targets,
+from radixkv_conformance.adapters.radixkv import (
+    MambaAdapter,
+    RadixCacheAdapter,
+    SlidingWindowAdapter,
+    mamba,
+    radix_cache,
+    sliding_window,
 )
+from radixkv_conformance.exhaustive import ALPHABET, Alphabet, Fixed, explore, own_targets, target
 from radixkv_conformance.machines import machine_for
-from radixkv_conformance.protocol import FreeSink
-from radixkv_conformance.semantics import RADIXKV
+from radixkv_conformance.profile import RADIXKV, RADIXKV_MAMBA, RADIXKV_SWA, Profile
+from radixkv_conformance.protocol import Evicted, Host, Inserted, Matched
 from radixkv_conformance.trace import replay
 
+PAGE_ONE = Alphabet("page 1", {**ALPHABET.domains, "page_size": Fixed((1,)), "window": Fixed((1,))})
 
-def _page_size_one() -> Alphabet:
-    alphabet = core_alphabet()
-    return Alphabet("page 1", {**alphabet.domains, "page_size": Fixed((1,))})
+
+def _findings(factory: Any, depth: int, profile: Profile = RADIXKV) -> dict[str, Any]:
+    return explore(machine_for("Planted", factory, profile), PAGE_ONE, depth).findings
 
 
 class IgnoresNamespaces(RadixCacheAdapter):
     """Every key lands in the default namespace: namespaces share prefixes they must not."""
 
-    def match(self, tokens: tuple[Any, ...], namespace: Any) -> tuple[tuple[int, ...], Any]:
+    def match(self, tokens: tuple[Any, ...], namespace: Any) -> Matched:
         return super().match(tokens, None)
 
-    def insert(
-        self, tokens: tuple[Any, ...], namespace: Any, indices: tuple[int, ...]
-    ) -> tuple[int, Any]:
+    def insert(self, tokens: tuple[Any, ...], namespace: Any, indices: tuple[int, ...]) -> Inserted:
         return super().insert(tokens, None, indices)
 
 
-class AcceptsUnmatchedUnlock(RadixCacheAdapter):
-    """An unlock no lock matches is swallowed instead of rejected."""
+class UnderreportsSwaEviction(SlidingWindowAdapter):
+    """SWA eviction reports one SWA token fewer than it tombstoned."""
+
+    def evict(self, num_tokens: Any, *, swa_num_tokens: Any = 0) -> Evicted:
+        done = super().evict(num_tokens, swa_num_tokens=swa_num_tokens)
+        return done._replace(swa=max(done.swa - 1, 0))
+
+
+class LockDoesNothing(MambaAdapter):
+    """A Mamba lock that locks nothing: the locked path stays evictable."""
+
+    def lock(self, handle: Any) -> Any:
+        return None
 
     def unlock(self, handle: Any, token: Any) -> None:
-        if token is not None:
-            super().unlock(handle, token)
-
-
-def _findings(factory: Any, depth: int, fork: Any = "copy") -> dict[tuple[str, str | None], Any]:
-    machine = machine_for("Planted", factory, RADIXKV)
-    return explore(machine, _page_size_one(), depth, fork=fork).findings
+        pass
 
 
 def test_finds_the_leak_of_the_adapter_that_forgets_to_free() -> None:
     findings = _findings(broken.factory, 2)
-    evict = findings[("evict", "INV-11")]
+    assert set(findings) == {"INV-11:evict", "INV-7:reset"}
+    evict = findings["INV-11:evict"]
     assert [step.rule for step in evict.steps] == ["extend_request", "evict"]
-    assert "freed 0" in evict.message
-    reset = findings[("reset", "INV-7")]
-    assert [step.rule for step in reset.steps] == ["extend_request", "reset"]
+    assert [step.rule for step in findings["INV-7:reset"].steps] == ["extend_request", "reset"]
+
+
+def test_finds_both_bugs_of_two_bugs_separately_and_known_ones_are_acknowledged() -> None:
+    findings = _findings(broken.TwoBugs, 2)
+    assert set(findings) == {"INV-14:unmatched-unlock", "INV-11:evict"}
+    assert [s.rule for s in findings["INV-14:unmatched-unlock"].steps][-1] == "unlock_without_lock"
+    machine = machine_for("Known", broken.TwoBugs, RADIXKV, known=frozenset({"INV-11:evict"}))
+    report = explore(machine, PAGE_ONE, 2)
+    assert set(report.findings) == {"INV-14:unmatched-unlock"}
+    assert report.acknowledged > 0
 
 
 def test_a_finding_is_a_replayable_trace_that_fails_again() -> None:
-    finding = _findings(broken.factory, 2)[("evict", "INV-11")]
+    finding = _findings(broken.factory, 2)["INV-11:evict"]
     assert finding.trace is not None
     result = replay(finding.trace, broken.factory, RADIXKV)
     assert not result.passed and result.invariant == "INV-11"
-    assert replay(finding.trace, RadixCacheAdapter, RADIXKV).passed
+    assert replay(finding.trace, radix_cache, RADIXKV).passed
 
 
 def test_finds_namespaces_that_share_in_two_steps() -> None:
-    findings = _findings(lambda p, sink: IgnoresNamespaces(p, sink), 2)
+    findings = _findings(IgnoresNamespaces, 2)
     found = [f for f in findings.values() if f.invariant == "INV-10"]
     assert found, findings
     shortest = min(found, key=lambda f: len(f.steps))
@@ -85,16 +96,25 @@ def test_finds_namespaces_that_share_in_two_steps() -> None:
     assert namespaces == [None, "a"]  # canonical order: "a" only after None
 
 
-def test_finds_an_accepted_unmatched_unlock() -> None:
-    findings = _findings(lambda p, sink: AcceptsUnmatchedUnlock(p, sink), 2)
-    finding = findings[("unmatched unlock", "INV-14")]
-    assert [step.rule for step in finding.steps][-1] == "unlock_without_lock"
+def test_finds_a_miscounted_swa_eviction_in_two_steps() -> None:
+    findings = _findings(UnderreportsSwaEviction, 2, RADIXKV_SWA)
+    assert findings and all(f.invariant == "INV-11" for f in findings.values()), findings
+    assert min(len(f.steps) for f in findings.values()) == 2
+    assert not _findings(sliding_window, 2, RADIXKV_SWA)
+
+
+def test_finds_a_mamba_lock_that_locks_nothing_in_two_steps() -> None:
+    findings = _findings(LockDoesNothing, 2, RADIXKV_MAMBA)
+    shortest = min(findings.values(), key=lambda f: len(f.steps))
+    assert [step.rule for step in shortest.steps][-1] == "lock", shortest
+    assert len(shortest.steps) == 2
+    assert not _findings(mamba, 2, RADIXKV_MAMBA)
 
 
 def test_copying_states_and_rerunning_prefixes_explore_the_same_sequences() -> None:
     machine = machine_for("Planted", broken.factory, RADIXKV)
-    copied = explore(machine, _page_size_one(), 2, fork="copy")
-    rerun = explore(machine, _page_size_one(), 2, fork="rerun")
+    copied = explore(machine, PAGE_ONE, 2, fork="copy")
+    rerun = explore(machine, PAGE_ONE, 2, fork="rerun")
     assert copied.by_length == rerun.by_length
     assert copied.findings.keys() == rerun.findings.keys()
 
@@ -110,8 +130,8 @@ def _canonical_keys(tokens_used: int, lengths: range) -> int:
     return everything if tokens_used else (everything + 1) // 2
 
 
-def test_counts_what_the_core_alphabet_implies_at_depth_two() -> None:
-    """Page size 1, keys of 0..2 tokens over {0, 1}, namespaces None and "a".
+def test_counts_what_the_alphabet_implies_at_depth_two() -> None:
+    """RadixCache at page size 1: keys of 0..2 tokens over {0, 1}, namespaces None and "a".
 
     Step 1 has no handles yet and only namespace None: insert, extend_request and match per
     canonical key, evict 1 or 2, reset, six bad calls. A step that changes nothing
@@ -126,8 +146,7 @@ def test_counts_what_the_core_alphabet_implies_at_depth_two() -> None:
     for key in [(), (0,), (0, 0), (0, 1)]:
         in_use = len(set(key))
         second += 3 * (3 * 2 * _canonical_keys(in_use, keys) + 3 + others)
-    machine = machine_for("Counted", RadixCacheAdapter, RADIXKV)
-    report = explore(machine, _page_size_one(), 2)
+    report = explore(machine_for("Counted", radix_cache, RADIXKV), PAGE_ONE, 2)
     assert report.by_length == Counter({1: first, 2: second})
     assert (first, second) == (21, 594)  # the same numbers, spelled out
     assert report.passed
@@ -177,29 +196,39 @@ def test_counts_every_draw_and_every_handle(depth: int) -> None:
 
 
 def test_radixkv_caches_hold_every_short_sequence() -> None:
-    reports = [explore(t.machine(), t.alphabet(), 1, name=t.label) for t in own_targets()]
-    assert [r.name for r in reports] == ["RadixCache", "RadixCache (SWA)", "MambaRadixCache"]
+    reports = [explore(t.machine(), t.alphabet, 1, name=t.label) for t in own_targets()]
+    labels = [r.name for r in reports]
+    assert labels == [
+        "RadixCache",
+        "RadixCache (SWA)",
+        "MambaRadixCache",
+        "ChunkCache",
+        "RadixTrie",
+    ]
     for report in reports:
         assert report.passed, report.render()
-        assert report.sequences > 0
+    starts = {r.name: r.starts for r in reports}
+    # page sizes 1 and 2; SWA also windows 1 and 2 and both unlock conventions
+    assert starts == {
+        "RadixCache": 2,
+        "RadixCache (SWA)": 8,
+        "MambaRadixCache": 2,
+        "ChunkCache": 1,
+        "RadixTrie": 2,
+    }
 
 
 def test_radixkv_radix_cache_holds_every_sequence_of_two_steps() -> None:
-    target = core_target("RadixCache", RadixCacheAdapter, RADIXKV)
-    report = explore(target.machine(), target.alphabet(), 2)
+    report = explore(machine_for("Own", radix_cache, RADIXKV), ALPHABET, 2)
     assert report.passed, report.render()
-
-
-def test_alphabets_name_page_sizes_one_and_two() -> None:
-    for alphabet in (core_alphabet(), SWA, MAMBA):
-        assert alphabet.domains["page_size"] == Fixed((1, 2))
+    assert report.by_length[1] == 21 + 33  # page 1, and page 2 with keys of up to 3 tokens
 
 
 def test_a_factory_for_any_cache_is_explored() -> None:
-    def factory(page_size: int, sink: FreeSink) -> RadixCacheAdapter:
-        return RadixCacheAdapter(page_size, sink)
+    def factory(page_size: int, host: Host) -> RadixCacheAdapter:
+        return RadixCacheAdapter(page_size, host)
 
-    report = explore(core_target("mine", factory, RADIXKV).machine(), _page_size_one(), 1)
+    report = explore(target("mine", factory, RADIXKV).machine(), PAGE_ONE, 1)
     assert report.passed and report.sequences == 21
 
 

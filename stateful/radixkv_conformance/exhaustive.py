@@ -35,13 +35,12 @@ from __future__ import annotations
 import copy
 import itertools
 import re
-import sys
 import time
 import types
 from collections import Counter
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
@@ -158,64 +157,31 @@ NAMESPACES = Labels("namespaces", (None, "a"))
 TOKENS = TokenLists("tokens", 2, _up_to(2))  # page 1: up to 2 tokens; page 2: up to 3
 WHOLE_KEY: dict[str, Domain] = {"base": Fixed(((),)), "cut": Fixed((0,)), "tail": TOKENS}
 
-CORE = Alphabet(
-    "core",
+ALPHABET = Alphabet(
+    "small",
     {
         "page_size": Fixed((1, 2)),
+        "window": Fixed((1, 2)),
+        "unlock by token": Fixed((True, False)),
         "namespace": NAMESPACES,
         **WHOLE_KEY,
+        "matched first": Fixed((False, True)),
+        "swa evicted pages": Fixed((0, 1)),
+        "with_slot": Fixed((False, True)),
+        "snapshot": Fixed((False, True)),
         "evict.num_tokens": Fixed((1, 2)),
-        "roll": Fixed((0,)),  # the reset rule resets on roll 0 only
-        "kind": Fixed(()),  # filled in by core_alphabet: every bad call kind
+        "evict.swa_num_tokens": Fixed((0, 1)),
+        "evict.mamba_slots": Fixed((0, 1)),
+        "free_sliding_window_kv.swa_num_tokens": Fixed((1,)),
+        "roll": Fixed((5,)),  # the reset rule resets on roll 5 only
+        "bad call": Every(),
         # a bad call is rejected before it reads its key: one representative key each
         "bad_call.namespace": Fixed((None,)),
         "bad_call.tail": Fixed(([],)),
     },
 )
-
-
-def core_alphabet() -> Alphabet:
-    """The core machine's alphabet: page sizes 1 and 2, tokens {0, 1}, two namespaces."""
-    from radixkv_conformance.machines import BAD_CALLS
-
-    return Alphabet(CORE.name, {**CORE.domains, "kind": Fixed(tuple(sorted(BAD_CALLS)))})
-
-
-SWA = Alphabet(
-    "swa",
-    {
-        "page_size": Fixed((1, 2)),
-        "window": Fixed((1, 2)),
-        "unlock by swa_boundary_id": Fixed((True, False)),
-        "ns": NAMESPACES,
-        **WHOLE_KEY,
-        "matched first": Fixed((False, True)),
-        "swa evicted pages": Fixed((0, 1)),
-        "free_sliding_window_kv.swa_num_tokens": Fixed((1,)),
-        "evict.num_tokens": Fixed((0, 1)),
-        "evict.swa_num_tokens": Fixed((0, 1)),
-        "roll": Fixed((5,)),  # the SWA reset rule resets on roll 5 only
-        "what": Fixed(("token", "prev", "evicted", "counts")),
-        "bad_call.tail": Fixed(([],)),
-    },
-)
-
-MAMBA = Alphabet(
-    "mamba",
-    {
-        "page_size": Fixed((1, 2)),
-        "ns": NAMESPACES,
-        **WHOLE_KEY,
-        "with_slot": Fixed((False, True)),
-        "snapshot": Fixed((False, True)),
-        "evict.num_tokens": Fixed((0, 1)),
-        "evict.mamba_slots": Fixed((0, 1)),
-        "roll": Fixed((0,)),
-        "bad call": Every(),
-        "bad_call.ns": Fixed((None,)),
-        "bad_call.tail": Fixed(([],)),
-    },
-)
+"""One alphabet for every rule set: page sizes 1 and 2, tokens {0, 1}, two namespaces,
+windows 1 and 2, small evict counts, every kind of bad call once."""
 
 
 # ---- running one step ---------------------------------------------------------------------
@@ -331,7 +297,7 @@ def _representative(strategy: Any, rule: str, label: str) -> Any:
 class _Call:
     step: Step
     widths: tuple[int, ...]  # how many options each draw had
-    error: Exception | None
+    error: Exception | None  # a finding; UnsatisfiedAssumption: a known finding
 
 
 @dataclass
@@ -345,13 +311,15 @@ class _State:
 
 @dataclass
 class Finding:
-    """One distinct failed check, with the shortest sequence that reached it."""
+    """One distinct finding (the kit's id: ``INV-n:check``), with the shortest sequence that
+    reached it and, from the kit's machines, its FORMAT.md trace."""
 
+    id: str
     check: str
     message: str
     page_variant: tuple[tuple[str, Any], ...]
     steps: list[Step]
-    trace: dict[str, Any] | None = None  # FORMAT.md trace, for machines that log one
+    trace: dict[str, Any] | None = None
 
     @property
     def invariant(self) -> str | None:
@@ -375,7 +343,9 @@ class ExhaustiveReport:
     pruned_noops: int = 0
     seconds: float = 0.0
     by_length: Counter[int] = field(default_factory=Counter)
-    findings: dict[tuple[str, str | None], Finding] = field(default_factory=dict)
+    findings: dict[str, Finding] = field(default_factory=dict)  # by finding id
+    acknowledged: int = 0  # sequences that hit a finding acknowledged with ``known``
+    starts: int = 0  # initial states: what the initialize rules drew (page size, window ...)
     representatives: set[str] = field(default_factory=set)  # draws with one value
     notes: list[str] = field(default_factory=list)
 
@@ -397,10 +367,12 @@ class ExhaustiveReport:
             f"    {lengths}",
         ]
         lines += [f"    note: {note}" for note in self.notes]
+        if self.acknowledged:
+            lines.append(f"    {self.acknowledged} sequences hit acknowledged findings")
         if self.representatives:
             lines.append(f"    one value each: {', '.join(sorted(self.representatives))}")
         for i, finding in enumerate(self.findings.values(), 1):
-            lines.append(f"  finding {i}: {finding.check}: {finding.message}")
+            lines.append(f"  finding {i} [{finding.id}] {finding.check}: {finding.message}")
             lines += [f"      {line}" for line in finding.lines()]
         return "\n".join(lines)
 
@@ -475,9 +447,9 @@ class _Driver:
             result = rule.function(state.machine, **kwargs)
             for target in rule.targets:
                 state.bundles.setdefault(getattr(target, "name", target), []).append(result)
-        except (AlphabetError, UnsatisfiedAssumption):
+        except AlphabetError:
             raise
-        except Exception as failed:  # a failed check: the explorer records the finding
+        except Exception as failed:  # a finding, or an acknowledged one (UnsatisfiedAssumption)
             error = failed
         state.path = (*state.path, (name, draws.made()))
         return _Call(Step(name, tuple(draws.choices)), tuple(draws.widths), error)
@@ -566,6 +538,7 @@ class _Explorer:
     def run_root(self, depth: int) -> None:
         """Every variant the initialize rules draw (page size, window ...), then the steps."""
         for root, call in self._initialized(self.driver.fresh(), 0):
+            self.report.starts += 1
             failed = call.error or self._check(root)
             if failed is not None:
                 self._found(root, [], failed)
@@ -598,7 +571,7 @@ class _Explorer:
             failed = call.error or self._check(child)
             if failed is not None:
                 self._found(child, path, failed)
-                continue
+                continue  # nothing runs below a failed step
             if len(path) >= depth:
                 continue
             if not self.driver.changes_handles(call.step.rule):
@@ -616,26 +589,31 @@ class _Explorer:
             self.driver.check(state)
         except AlphabetError:
             raise
-        except Exception as failed:  # a broken invariant: a finding
+        except Exception as failed:  # a broken invariant: a finding (or a known one)
             return failed
         return None
 
     def _found(self, state: _State, path: list[Step], error: Exception) -> None:
-        machine = state.machine
-        message = str(error) if isinstance(error, AssertionError) else repr(error)
-        message = message.splitlines()[0] if message else type(error).__name__
-        check = _check_name(machine) or (path[-1].rule if path else "start")
-        finding = Finding(check, message, state.variant, path)
-        key = (check, finding.invariant)
-        known = self.report.findings.get(key)
-        if known is not None and len(known.steps) <= len(path):
+        """Keep the shortest sequence per finding id (ids as ``--known`` takes them)."""
+        from radixkv_conformance import findings
+
+        if isinstance(error, UnsatisfiedAssumption):  # the kit discards a known finding
+            self.report.acknowledged += 1
             return
-        finding.trace = _trace_document(machine, self.report.name, finding)
-        self.report.findings[key] = finding
+        if isinstance(error, findings.Finding):  # the kit's machine: id, check and trace
+            found = Finding(error.finding_id, error.check, error.message, state.variant, path)
+            found.trace = error.trace
+        else:
+            check = _check_name(state.machine) or (path[-1].rule if path else "start")
+            fid = findings.finding_id(check, error)
+            found = Finding(fid, check, findings.describe(error), state.variant, path)
+        shortest = self.report.findings.get(found.id)
+        if shortest is None or len(path) < len(shortest.steps):
+            self.report.findings[found.id] = found
 
     def _maybe_progress(self) -> None:
         now = time.perf_counter()
-        if self.progress is not None and now - self.last_progress >= 5.0:
+        if self.progress is not None and now - self.last_progress >= 1.0:
             self.last_progress = now
             self.progress(self.report)
 
@@ -655,29 +633,6 @@ def _check_name(machine: Any) -> str | None:
         if isinstance(name, str) and name:
             return name
     return None
-
-
-def _trace_document(machine: Any, name: str, finding: Finding) -> dict[str, Any] | None:
-    """A FORMAT.md trace when the machine logs its calls as trace steps (the core machine)."""
-    steps = getattr(machine, "trace", None)
-    semantics = getattr(machine, "semantics", None)
-    if not isinstance(steps, list) or semantics is None:
-        return None
-    from radixkv_conformance.trace import FORMAT, encode
-
-    return {
-        "format": FORMAT,
-        "implementation": name,
-        "semantics": semantics.name,
-        "page_size": machine.page_size,
-        "failure": {
-            "check": finding.check,
-            "invariant": finding.invariant,
-            "message": finding.message,
-            "step": steps[-1]["id"] if steps else None,
-        },
-        "steps": [encode(step) for step in steps],
-    }
 
 
 def explore(
@@ -728,73 +683,55 @@ class Target:
 
     label: str
     machine: Callable[[], type[RuleBasedStateMachine]]
-    alphabet: Callable[[], Alphabet]
+    alphabet: Alphabet = ALPHABET
 
 
-def core_target(label: str, factory: Any, semantics: Any) -> Target:
-    """The core machine (every capability the profile declares) on ``factory``'s cache."""
+def target(label: str, factory: Any, profile: Any, known: Iterable[str] = ()) -> Target:
+    """The kit's machine for ``factory`` under ``profile``: the rule set of every capability
+    the adapter declares (checked up front, as for the random search)."""
 
     def machine() -> type[RuleBasedStateMachine]:
         from radixkv_conformance.machines import machine_for
 
         name = "".join(ch for ch in label.title() if ch.isalnum()) or "Cache"
-        return machine_for(f"{name}Exhaustive", factory, semantics)
+        return machine_for(f"{name}Exhaustive", factory, profile, known=frozenset(known))
 
-    return Target(label, machine, core_alphabet)
-
-
-def _swa_machine() -> type[RuleBasedStateMachine]:
-    from radixkv_conformance.swa_machine import SlidingWindowMachine
-
-    attrs = {"stats": Counter(), "page_sizes": (1, 2)}  # its own draw is from (1, 4)
-    return type("SlidingWindowExhaustive", (SlidingWindowMachine,), attrs)
+    return Target(label, machine)
 
 
-def _mamba_machine() -> type[RuleBasedStateMachine]:
-    from radixkv_conformance.mamba_machine import RadixKVMambaAdapter, mamba_machine_for
+def own_targets(known: Iterable[str] = ()) -> list[Target]:
+    """radixkv's own caches, as ``radixkv check`` runs them: RadixCache, its SWA mode,
+    MambaRadixCache, ChunkCache, RadixTrie. radixkv's caches take any page size, so each
+    is explored at page sizes 1 and 2 even where the random search's profile draws others."""
+    from radixkv_conformance.cli import OWN, _load
+    from radixkv_conformance.profile import RADIXKV
 
-    return mamba_machine_for("MambaRadixCacheExhaustive", RadixKVMambaAdapter)
-
-
-def own_targets() -> list[Target]:
-    """radixkv's own caches: RadixCache, its SWA mode and MambaRadixCache."""
-    from radixkv_conformance.adapter import RadixCacheAdapter
-    from radixkv_conformance.semantics import RADIXKV
-
-    return [
-        core_target("RadixCache", RadixCacheAdapter, RADIXKV),
-        Target("RadixCache (SWA)", _swa_machine, lambda: SWA),
-        Target("MambaRadixCache", _mamba_machine, lambda: MAMBA),
-    ]
-
-
-def run_targets(
-    targets: Sequence[Target],
-    depth: int,
-    *,
-    fork: Fork = "copy",
-    progress: Callable[[ExhaustiveReport], None] | None = None,
-) -> list[ExhaustiveReport]:
-    return [
-        explore(t.machine(), t.alphabet(), depth, name=t.label, fork=fork, progress=progress)
-        for t in targets
-    ]
+    out = []
+    for label, name in OWN:
+        factory, declared = _load(name)
+        profile = declared or RADIXKV
+        if name.startswith("radixkv_conformance.adapters.radixkv:"):
+            profile = replace(profile, page_sizes=(1, 2))
+        out.append(target(label, factory, profile, known))
+    return out
 
 
 def command(targets: Sequence[Target], depth: int, traces: Path) -> int:
     """``radixkv check --exhaustive N``: explore, print, write a trace per finding."""
+    from radixkv_conformance.progress import Progress
     from radixkv_conformance.trace import write
 
     started = time.perf_counter()
     reports = []
     for target in targets:
-        report = explore(
-            target.machine(),
-            target.alphabet(),
-            depth,
-            name=target.label,
-            progress=_progress_printer(target.label),
-        )
+        with Progress(target.label) as bar:
+
+            def show(report: ExhaustiveReport, bar: Progress = bar) -> None:
+                bar.update(Counter({"runs": report.sequences, "steps": report.steps}))
+
+            report = explore(
+                target.machine(), target.alphabet, depth, name=target.label, progress=show
+            )
         reports.append(report)
         print(report.render(), flush=True)
         for i, finding in enumerate(report.findings.values(), 1):
@@ -811,17 +748,6 @@ def command(targets: Sequence[Target], depth: int, traces: Path) -> int:
     )
     print("every sequence held" if not failed else f"FAILED: {', '.join(failed)}")
     return 1 if failed else 0
-
-
-def _progress_printer(label: str) -> Callable[[ExhaustiveReport], None]:
-    """A progress line every few seconds; rewritten in place only on a terminal."""
-    terminal = sys.stderr.isatty()
-
-    def show(report: ExhaustiveReport) -> None:
-        line = f"  {label}: {report.sequences} sequences, {report.steps} steps"
-        print(("\r" + line) if terminal else line, end="" if terminal else "\n", file=sys.stderr)
-
-    return show
 
 
 def _slug(label: str) -> str:

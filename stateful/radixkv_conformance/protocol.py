@@ -30,11 +30,12 @@ An adapter lists what else it supports in ``capabilities`` (a frozenset of the n
 ``CAPABILITIES``); the kit runs the rule set of every capability listed and nothing else.
 Some capabilities are pure behaviour (``namespaces``, ``bad_input``, ``unlock_checks``,
 ``stale_handles``); the others need more of the adapter, spelled out by the protocol
-classes ``HashingAdapter``, ``NodeEventsAdapter``, ``ResettableAdapter``, ``SwaAdapter`` and
-``MambaAdapter``. ``require_capabilities(adapter)`` checks every claim before the first step
-and raises ``AdapterError`` naming what is missing, so a claim the adapter cannot back is a
-clear message, not a confusing finding later. An optional ``notes`` string is printed in
-every report: say there what the adapter chose (e.g. "hashes the deepest node first").
+classes ``HashingAdapter``, ``NodeEventsAdapter``, ``ResettableAdapter``,
+``CallerBuffersAdapter``, ``SwaAdapter`` and ``MambaAdapter``. ``require_capabilities``
+checks every claim before the first step and raises ``AdapterError`` naming what is
+missing, so a claim the adapter cannot back is a clear message, not a confusing finding
+later. An optional ``notes`` string is printed in every report: say there what the adapter
+chose (e.g. "hashes the deepest node first").
 
 Legitimate engine differences (who frees duplicates, victim order, lock model, ...) are not
 capabilities: they are policies of the *profile* the adapter runs under
@@ -122,6 +123,7 @@ CAPABILITIES: dict[str, str] = {
     "on_node_evict": "reports every deleted node exactly once: evicted_node_ids()",
     "swa": "sliding-window attention: tombstones, SWA eviction, SWA lock tokens",
     "mamba": "Mamba / SSM state slots, copy-on-write, branching seqlen",
+    "caller_buffers": "the cache keeps no view of the caller's buffers: scribble()",
 }
 
 
@@ -215,6 +217,15 @@ class NodeEventsAdapter(Protocol):
 
 
 @runtime_checkable
+class CallerBuffersAdapter(Protocol):
+    """Capability ``caller_buffers``: after every step the kit asks the adapter to write
+    garbage into the buffers (key lists, value tensors) it handed the cache on its last
+    call, as a caller reusing them would; the cache's snapshot must not change."""
+
+    def scribble(self) -> None: ...
+
+
+@runtime_checkable
 class ResettableAdapter(Protocol):
     """Capability ``reset``."""
 
@@ -293,6 +304,7 @@ CAPABILITY_PROTOCOLS: dict[str, tuple[type[Any], dict[str, tuple[str, ...]]]] = 
     "hashing": (HashingAdapter, {}),
     "on_node_evict": (NodeEventsAdapter, {}),
     "reset": (ResettableAdapter, {}),
+    "caller_buffers": (CallerBuffersAdapter, {}),
     "swa": (
         SwaAdapter,
         {"insert": ("prev_prefix_len", "swa_evicted_seqlen"), "evict": ("swa_num_tokens",)},
