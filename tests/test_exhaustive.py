@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 from collections import Counter
 from functools import cache
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,11 +20,12 @@ from radixkv_conformance.adapters.radixkv import (
     radix_cache,
     sliding_window,
 )
+from radixkv_conformance.cli import main
 from radixkv_conformance.exhaustive import ALPHABET, Alphabet, Fixed, explore, own_targets, target
 from radixkv_conformance.machines import machine_for
 from radixkv_conformance.profile import RADIXKV, RADIXKV_MAMBA, RADIXKV_SWA, Profile
 from radixkv_conformance.protocol import Evicted, Host, Inserted, Matched
-from radixkv_conformance.trace import replay
+from radixkv_conformance.trace import load, replay
 
 PAGE_ONE = Alphabet("page 1", {**ALPHABET.domains, "page_size": Fixed((1,)), "window": Fixed((1,))})
 
@@ -295,3 +297,27 @@ def test_a_state_deepcopy_refuses_is_replayed_instead() -> None:
     report = explore(Unpicklable, Alphabet("bump", {"by": Fixed((1, 2))}), 3)
     assert report.fork == "rerun" and "copying a state failed" in report.notes[0]
     assert report.sequences == 3 + 9 + 27
+
+
+# ---- the command line ------------------------------------------------------------------------
+
+
+def test_the_cli_reports_each_finding_with_a_trace(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    target = "radixkv_conformance.adapters.broken:two_bugs"
+    status = main(["check", "--exhaustive", "2", target, "--traces", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert status == 1
+    assert "[INV-14:unmatched-unlock]" in out and "[INV-11:evict]" in out
+    assert "exhaustive, up to 2 steps:" in out
+    traces = sorted(tmp_path.glob("exhaustive-*.json"))
+    assert len(traces) == 2
+    assert all(not replay(load(t), broken.TwoBugs, RADIXKV).passed for t in traces)
+
+
+def test_the_cli_acknowledges_known_findings(capsys: pytest.CaptureFixture[str]) -> None:
+    target = "radixkv_conformance.adapters.broken:two_bugs"
+    known = ["--known", "INV-14:unmatched-unlock", "--known", "INV-11:evict"]
+    assert main(["check", "--exhaustive", "2", target, *known]) == 0
+    assert "sequences hit acknowledged findings" in capsys.readouterr().out

@@ -5,8 +5,8 @@ over a small alphabet, so a bug that needs three particular calls is found for c
 It drives the same state machines the random search runs, through a narrow interface: a
 machine is a ``RuleBasedStateMachine`` whose rules take plain arguments, bundle values
 (handles) and ``st.data()`` draws. A step is one rule call with its choices (rule name +
-plain arguments, FORMAT.md's steps for the core machine); after every step every invariant
-runs, exactly as during the search.
+plain arguments; the kit's machine logs each call as a FORMAT.md step, so a finding comes
+with a replayable trace); after every step every invariant runs, exactly as in the search.
 
 The alphabet (``Alphabet``) names the finite set of values each draw may take, by label
 (``"tail"``, ``"namespace"``, ``"num_tokens"`` ...) or by ``"rule.label"``; bundle
@@ -26,8 +26,9 @@ Pruning, each sound under a stated assumption:
 
 Prefixes are shared depth-first: a state is forked (deep copy of machine, adapter and
 handles) and every step branches from it, so each sequence costs one step, not its length.
-``fork="rerun"`` rebuilds every state by replaying its prefix instead (for machines whose
-state cannot be copied); ``explore`` reports which it used and how fast it ran.
+``fork="rerun"`` rebuilds every state by replaying its prefix instead; a state deepcopy
+refuses, or copies that turn out to share state, switch to it by themselves. ``explore``
+reports which it used and how fast it ran.
 """
 
 from __future__ import annotations
@@ -210,14 +211,14 @@ class _Draws:
     many options each draw had, so the caller can enumerate the siblings.
     """
 
-    def __init__(self, explorer: _Driver, state: _State, rule: str, picks: tuple[int, ...]):
-        self.explorer, self.state, self.rule, self.picks = explorer, state, rule, picks
+    def __init__(self, driver: _Driver, state: _State, rule: str, picks: tuple[int, ...]):
+        self.driver, self.state, self.rule, self.picks = driver, state, rule, picks
         self.widths: list[int] = []
         self.choices: list[tuple[str, Any]] = []
 
     def draw(self, strategy: Any, label: Any = None) -> Any:
         name = str(label) if label is not None else f"draw {len(self.widths)}"
-        domain = self.explorer.alphabet.domain(self.rule, name)
+        domain = self.driver.alphabet.domain(self.rule, name)
         options = (
             domain.options(self.state.seen, self.state.machine, strategy)
             if domain is not None
@@ -226,7 +227,7 @@ class _Draws:
         return self._pick(name, options)
 
     def _representative(self, strategy: Any, name: str) -> Any:
-        self.explorer.representatives.add(f"{self.rule}.{name}")
+        self.driver.representatives.add(f"{self.rule}.{name}")
         return _representative(strategy, self.rule, name)
 
     def made(self) -> tuple[int, ...]:
@@ -279,8 +280,7 @@ def _finite_values(strategy: Any) -> Sequence[Any]:
 
 def _representative(strategy: Any, rule: str, label: str) -> Any:
     """The simplest value of a strategy the alphabet does not name."""
-    inner = getattr(strategy, "wrapped_strategy", strategy)
-    kind = type(inner).__name__
+    kind, inner = _unwrap(strategy)
     if kind in ("SampledFromStrategy", "JustStrategy") and not inner._transformations:
         return inner.elements[0]
     if kind == "IntegersStrategy":
