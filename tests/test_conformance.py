@@ -24,7 +24,7 @@ QUICK = settings(
     max_examples=25, stateful_step_count=20, deadline=None, database=None, derandomize=True
 )
 NO_SHRINK = settings(QUICK, phases=[Phase.explicit, Phase.generate])  # finding, not minimising
-SEARCH = settings(QUICK, max_examples=60)
+SHRINK = settings(QUICK, max_examples=20, stateful_step_count=10)
 BOTH_BUGS = ("INV-14:unmatched-unlock", "INV-11:evict")
 
 
@@ -63,7 +63,7 @@ def test_the_broken_adapter_fails() -> None:
 
 
 def test_two_independent_bugs_are_two_findings_each_with_its_trace() -> None:
-    report = run_conformance(broken.two_bugs, profile=RADIXKV, settings=SEARCH, max_failures=2)
+    report = run_conformance(broken.two_bugs, profile=RADIXKV, settings=SHRINK, max_failures=2)
     found = {f.finding: f for f in report.failures}
     assert set(BOTH_BUGS) <= set(found), report.render()
     for fid in BOTH_BUGS:
@@ -79,7 +79,7 @@ def test_two_independent_bugs_are_two_findings_each_with_its_trace() -> None:
 def test_known_finding_is_acknowledged_and_the_other_still_reported() -> None:
     known, other = BOTH_BUGS
     report = run_conformance(
-        broken.two_bugs, profile=RADIXKV, settings=SEARCH, known=[known], max_failures=1
+        broken.two_bugs, profile=RADIXKV, settings=settings(SHRINK, max_examples=60), known=[known]
     )
     assert [f.finding for f in report.failures] == [other], report.render()
     assert report.acknowledged[known] > 0  # runs hit it and were discarded
@@ -108,10 +108,11 @@ def test_cli_check_fails_and_writes_a_replayable_trace(
 
 
 def test_cli_known_reports_the_other_finding(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setenv("HYPOTHESIS_PROFILE", "mutation")  # the ci search without shrinking
     target = "radixkv_conformance.adapters.broken:two_bugs"
-    args = ["check", target, "--hypothesis-profile", "dev", "--traces", str(tmp_path)]
+    args = ["check", target, "--traces", str(tmp_path)]
     assert main([*args, "--known", BOTH_BUGS[0], "--max-failures", "1"]) == 1
     out = capsys.readouterr().out
     assert f"[{BOTH_BUGS[1]}]" in out and f"[{BOTH_BUGS[0]}]:" not in out

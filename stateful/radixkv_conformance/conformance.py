@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from hypothesis import Phase
 from hypothesis import settings as Settings
 from hypothesis.errors import Unsatisfiable
 from hypothesis.reporting import with_reporter
@@ -126,6 +127,8 @@ class ConformanceReport:
             f"    capabilities: {', '.join(sorted(self.capabilities)) or 'core only'}",
             f"    policies: {', '.join(describe(self.profile))}",
         ]
+        if self.profile.notes:
+            lines.append(f"    profile notes: {self.profile.notes}")
         if self.notes:
             lines.append(f"    adapter notes: {self.notes}")
         lines += [f"    {what:<48} {n:>7}" for what, n in self.rules.items()]
@@ -194,7 +197,11 @@ def run_conformance(
 
 def _search(machine: type[ConformanceMachine], settings: Settings | None) -> list[Finding]:
     """One Hypothesis search; every distinct finding it shrank, each with its trace."""
-    settings = Settings(settings or Settings.default, report_multiple_bugs=True)
+    base = settings if settings is not None else Settings()  # the loaded settings profile
+    # Hypothesis' explain phase annotates its own printout, which the report replaces with
+    # the traces; it costs more than the shrinking itself.
+    phases = [phase for phase in base.phases if phase is not Phase.explain]
+    settings = Settings(base, report_multiple_bugs=True, phases=phases)
     try:
         with with_reporter(lambda _: None):  # the report renders the traces instead
             run_state_machine_as_test(machine, settings=settings)

@@ -22,6 +22,7 @@ the trace of its run (``radixkv_conformance.findings``).
 
 from __future__ import annotations
 
+import functools
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -64,6 +65,27 @@ NAMESPACE_VALUES: Sequence[Namespace] = (None, "", "a")
 BAD_TOKENS: Sequence[object] = (-1, -(2**40), 2**63, "7", 1.5, None)
 BAD_NAMESPACES: Sequence[object] = (5, b"a", 1.5, ("a",))
 TOKEN_ALPHABET = st.integers(0, 3)  # a small alphabet makes keys share pages
+NAMESPACES = st.sampled_from(NAMESPACE_VALUES)
+BAD_TOKEN = st.sampled_from(BAD_TOKENS)
+BAD_NAMESPACE = st.sampled_from(BAD_NAMESPACES)
+
+
+@functools.cache
+def up_to(n: int, low: int = 0) -> st.SearchStrategy[int]:
+    """``integers(low, n)``, built once: strategies are cheap to draw, not to build."""
+    return st.integers(low, n)
+
+
+@functools.cache
+def tails(max_size: int) -> st.SearchStrategy[list[int]]:
+    return st.lists(TOKEN_ALPHABET, max_size=max_size)
+
+
+@functools.cache
+def one_of(values: tuple[Any, ...]) -> st.SearchStrategy[Any]:
+    return st.sampled_from(values)
+
+
 BAD_CALLS = {  # what the bad_call rule tries -> (the method that builds it, capability)
     "insert with a bad token": ("_bad_token_insert", "bad_input"),
     "match with a bad token": ("_bad_token_match", "bad_input"),
@@ -172,10 +194,10 @@ class ConformanceMachine(RuleBasedStateMachine):
     @initialize(data=st.data())
     def start(self, data: st.DataObject) -> None:
         profile = self.session.profile
-        page_size = data.draw(st.sampled_from(profile.page_sizes), label="page_size")
+        page_size = data.draw(one_of(profile.page_sizes), label="page_size")
         window = None
         if self.mode == "swa":
-            window = data.draw(st.sampled_from(profile.windows), label="window")
+            window = data.draw(one_of(profile.windows), label="window")
         note(f"page_size={page_size} window={window}")
         self.setup(page_size, window)
         self.choose_run_options(data)
@@ -287,15 +309,15 @@ class ConformanceMachine(RuleBasedStateMachine):
 
     def draw_tokens(self, data: st.DataObject) -> tuple[int, ...]:
         """A key that often shares a prefix with an earlier one: a cut of it plus a tail."""
-        base = data.draw(st.sampled_from(self.keys_seen), label="base")
-        cut = data.draw(st.integers(0, len(base)), label="cut")
-        tail = data.draw(st.lists(TOKEN_ALPHABET, max_size=3 * self.page_size), label="tail")
+        base = self.keys_seen[data.draw(up_to(len(self.keys_seen) - 1), label="base")]
+        cut = data.draw(up_to(len(base)), label="cut")
+        tail = data.draw(tails(3 * self.page_size), label="tail")
         return base[:cut] + tuple(tail)
 
     def draw_namespace(self, data: st.DataObject) -> Namespace:
         if not self.has("namespaces"):
             return None
-        return data.draw(st.sampled_from(NAMESPACE_VALUES), label="namespace")
+        return data.draw(NAMESPACES, label="namespace")
 
     # ---- steps ---------------------------------------------------------------------------
 
@@ -389,6 +411,7 @@ class ConformanceMachine(RuleBasedStateMachine):
         step = self.log("unlock", node=ref.step, lock=held.step)
         if not self.unlock_by_token:
             step["without_token"] = True
+            self.count("unlock without a token")
         with self.checking("unlock"):
             if self.is_stale(ref):
                 step["expect"] = {"rejected": True}
@@ -412,8 +435,13 @@ class ConformanceMachine(RuleBasedStateMachine):
     def do_unlock_without_lock(self, ref: NodeRef) -> None:
         """An unlock that no lock matches is rejected, never a silent negative count."""
         stale = self.is_stale(ref)
-        if not stale and (not ref.prefix or self.model.handle_count(ref.namespace, ref.prefix)):
-            return  # not a bad call here: a root handle, or a lock is held at the node
+        if not stale and not ref.prefix:
+            return  # not a bad call: a root handle
+        held = not stale and self.model.handle_count(ref.namespace, ref.prefix)
+        if held and self.profile.lock_model == "counts":
+            return  # a counted lock is held here, so this unlock would answer it
+        # Under "sets" (per-sequence locks) an unlock by a sequence that holds nothing is
+        # wrong even where other sequences hold the node.
         what = "stale unlock" if stale else "unmatched unlock"
         if stale and not self.has("stale_handles"):
             self.skip("no 'stale_handles': stale unlock")
@@ -485,7 +513,7 @@ class ConformanceMachine(RuleBasedStateMachine):
         kinds = sorted(k for k, (_, cap) in self.bad_calls.items() if self.has(cap))
         if not kinds:
             return
-        kind = data.draw(st.sampled_from(kinds), label="bad call")
+        kind = data.draw(one_of(tuple(kinds)), label="bad call")
         method = self.bad_calls[kind][0]
         build: Callable[[st.DataObject, Namespace], Step] = getattr(self, method)
         self.do_bad_call(kind, build(data, self.draw_namespace(data)))
@@ -494,32 +522,32 @@ class ConformanceMachine(RuleBasedStateMachine):
 
     def _bad_token_insert(self, data: st.DataObject, ns: Namespace) -> Step:
         tokens = self.draw_tokens(data)
-        at = data.draw(st.integers(0, len(tokens)), label="at")
-        key = [*tokens[:at], data.draw(st.sampled_from(BAD_TOKENS), label="bad"), *tokens[at:]]
+        at = data.draw(up_to(len(tokens)), label="at")
+        key = [*tokens[:at], data.draw(BAD_TOKEN, label="bad"), *tokens[at:]]
         return self.insert_call(key, ns, list(range(len(key))))  # never adopted
 
     def _bad_token_match(self, data: st.DataObject, ns: Namespace) -> Step:
-        key = [*self.draw_tokens(data), data.draw(st.sampled_from(BAD_TOKENS), label="bad")]
+        key = [*self.draw_tokens(data), data.draw(BAD_TOKEN, label="bad")]
         return {"op": "match", "tokens": key, "namespace": ns}
 
     def _bad_namespace_insert(self, data: st.DataObject, _: Namespace) -> Step:
         tokens = list(self.draw_tokens(data))
-        bad = data.draw(st.sampled_from(BAD_NAMESPACES), label="bad")
+        bad = data.draw(BAD_NAMESPACE, label="bad")
         return self.insert_call(tokens, bad, list(range(len(tokens))))
 
     def _bad_namespace_match(self, data: st.DataObject, _: Namespace) -> Step:
         tokens = list(self.draw_tokens(data))
-        bad = data.draw(st.sampled_from(BAD_NAMESPACES), label="bad")
+        bad = data.draw(BAD_NAMESPACE, label="bad")
         return {"op": "match", "tokens": tokens, "namespace": bad}
 
     def _short_value(self, data: st.DataObject, ns: Namespace) -> Step:
         tokens = self.draw_tokens(data) + (0,) * self.page_size
         aligned = page_align(len(tokens), self.page_size)
-        missing = data.draw(st.integers(1, aligned), label="missing")
+        missing = data.draw(up_to(aligned, 1), label="missing")
         return self.insert_call(list(tokens), ns, list(range(aligned - missing)))
 
     def _negative_evict(self, data: st.DataObject, _: Namespace) -> Step:
-        return {"op": "evict", "num_tokens": data.draw(st.integers(-5, -1), label="num_tokens")}
+        return {"op": "evict", "num_tokens": data.draw(up_to(-1, -5), label="num_tokens")}
 
     def insert_call(self, tokens: list[Any], ns: Any, indices: list[int]) -> Step:
         """A bad insert as a step; a mode adds its keywords (a slot nobody holds, ...)."""
@@ -688,6 +716,7 @@ class PlainRules(ConformanceMachine):
     def match_only(self, data: st.DataObject) -> None:
         """A match whose handle may end below the match: never locked."""
         self.do_match(self.draw_tokens(data), self.draw_namespace(data))
+        self.count("match without a handle")
 
     @precondition(lambda self: self.has("hashing"))
     @rule(ref=ConformanceMachine.nodes)

@@ -173,4 +173,8 @@ def describe(profile: Profile) -> list[str]:
         f"lock_model={profile.lock_model}",
         f"mamba_match={profile.mamba_match.name}",
         f"swa_lock_tokens={profile.swa_lock_tokens}",
+        f"swa_insert_args={profile.swa_insert_args}",
+        f"recency_on_unlock={profile.recency_on_unlock}",
+        f"stores={profile.stores}",
+        f"match_may_split={profile.match_may_split}",
     ]

@@ -18,12 +18,7 @@ from hypothesis.stateful import invariant, precondition, rule
 from radixkv_spec.swa import FreeEvent, Position, SlidingWindowModel
 from radixkv_spec.tokens import page_align
 
-from radixkv_conformance.machines import (
-    BAD_CALLS,
-    ConformanceMachine,
-    NodeRef,
-    Step,
-)
+from radixkv_conformance.machines import BAD_CALLS, ConformanceMachine, NodeRef, Step, up_to
 from radixkv_conformance.protocol import Evicted, Namespace, as_evicted, as_inserted, as_matched
 
 
@@ -185,10 +180,10 @@ class SwaRules(ConformanceMachine):
             matched = tuple(self.trace[-1]["expect"]["indices"])
         value = matched + self.allocate(len(tokens) - len(matched))
         aligned = page_align(len(tokens), p)
-        pages = (
-            data.draw(st.integers(0, aligned // p), label="swa evicted pages") if takes_args else 0
-        )
+        pages = data.draw(up_to(aligned // p), label="swa evicted pages") if takes_args else 0
         evicted = max(pages * p, len(matched))
+        if evicted:
+            self.count("insert with prev_prefix_len or swa_evicted_seqlen")
         return self.do_insert(tokens, ns, value, len(matched), evicted)
 
     @rule(target=ConformanceMachine.nodes, data=st.data())
