@@ -85,6 +85,14 @@ class Fixed:
 
 
 @dataclass(frozen=True)
+class Simplest:
+    """The strategy's simplest value only, on purpose (not listed as a representative)."""
+
+    def options(self, seen: Seen, machine: Any, strategy: Any) -> Sequence[tuple[Any, Seen]]:
+        return [(_representative(strategy, "", "simplest"), seen)]
+
+
+@dataclass(frozen=True)
 class Every:
     """Every value the rule's own strategy can produce (a small finite one)."""
 
@@ -156,7 +164,9 @@ def _up_to(n: int) -> Callable[[int], Sequence[int]]:
 
 NAMESPACES = Labels("namespaces", (None, "a"))
 TOKENS = TokenLists("tokens", 2, _up_to(2))  # page 1: up to 2 tokens; page 2: up to 3
-WHOLE_KEY: dict[str, Domain] = {"base": Fixed(((),)), "cut": Fixed((0,)), "tail": TOKENS}
+WHOLE_KEY: dict[str, Domain] = {"base": Simplest(), "cut": Simplest(), "tail": TOKENS}
+"""Every key whole from ``tail``: the machines' ``base`` / ``cut`` (a cut of an earlier key,
+to make random keys share prefixes) take their simplest value, the empty key."""
 
 ALPHABET = Alphabet(
     "small",
@@ -219,11 +229,15 @@ class _Draws:
     def draw(self, strategy: Any, label: Any = None) -> Any:
         name = str(label) if label is not None else f"draw {len(self.widths)}"
         domain = self.driver.alphabet.domain(self.rule, name)
-        options = (
-            domain.options(self.state.seen, self.state.machine, strategy)
-            if domain is not None
-            else [(self._representative(strategy, name), self.state.seen)]
-        )
+        if domain is None:
+            return self._pick(name, [(self._representative(strategy, name), self.state.seen)])
+        try:
+            options = domain.options(self.state.seen, self.state.machine, strategy)
+        except AlphabetError:
+            raise
+        except Exception as error:  # the alphabet's own mistake must not pass for a finding
+            message = f"{self.rule}: the domain of {name!r} failed on {strategy!r}: {error!r}"
+            raise AlphabetError(message) from error
         return self._pick(name, options)
 
     def _representative(self, strategy: Any, name: str) -> Any:
