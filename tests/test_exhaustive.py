@@ -21,7 +21,15 @@ from radixkv_conformance.adapters.radixkv import (
     sliding_window,
 )
 from radixkv_conformance.cli import main
-from radixkv_conformance.exhaustive import ALPHABET, Alphabet, Fixed, explore, own_targets, target
+from radixkv_conformance.exhaustive import (
+    ALPHABET,
+    Alphabet,
+    AlphabetError,
+    Fixed,
+    explore,
+    own_targets,
+    target,
+)
 from radixkv_conformance.machines import machine_for
 from radixkv_conformance.profile import RADIXKV, RADIXKV_MAMBA, RADIXKV_SWA, Profile
 from radixkv_conformance.protocol import Evicted, Host, Inserted, Matched
@@ -321,3 +329,9 @@ def test_the_cli_acknowledges_known_findings(capsys: pytest.CaptureFixture[str])
     known = ["--known", "INV-14:unmatched-unlock", "--known", "INV-11:evict"]
     assert main(["check", "--exhaustive", "2", target, *known]) == 0
     assert "sequences hit acknowledged findings" in capsys.readouterr().out
+
+
+def test_a_broken_alphabet_is_a_configuration_error_not_a_finding() -> None:
+    wrong = Alphabet("wrong", {"n": Fixed(("x",)), "left": Fixed((0,)), "right": Fixed(("x",))})
+    with pytest.raises(AlphabetError, match="push: the domain of 'n' failed"):
+        explore(Stack, wrong, 1)
