@@ -478,6 +478,13 @@ class _Driver:
         take = getattr(sut, "snapshot", None)
         return take() if callable(take) else None
 
+    def same_machine(self, before: _State, after: _State) -> bool:
+        """The machine's own state (model, ledger, reset epoch ...) is unchanged: a reset of
+        an empty cache changes no snapshot, yet every earlier handle is stale after it."""
+        old, new = vars(before.machine), vars(after.machine)
+        mine = [k for k in old if k not in self.hypothesis_owned | HISTORY | {"sut"}]
+        return old.keys() == new.keys() and all(_same(old[k], new[k], set()) for k in mine)
+
     def changes_handles(self, name: str) -> bool:
         rule = self.by_name[name]
         return bool(rule.targets) or any(b.consume for b in rule.bundles)
@@ -591,7 +598,8 @@ class _Explorer:
             if not self.driver.changes_handles(call.step.rule):
                 if before is _UNSET:
                     before = self.driver.snapshot(state)
-                if before is not None and self.driver.snapshot(child) == before:
+                same_cache = before is not None and self.driver.snapshot(child) == before
+                if same_cache and self.driver.same_machine(state, child):
                     self.report.pruned_noops += 1
                     continue
             self.explore(child, path, depth)
@@ -633,6 +641,40 @@ class _Explorer:
 
 
 _UNSET = object()
+HISTORY = frozenset({"trace", "check"})
+"""Machine attributes that only record what ran (the kit's trace, the current check's name):
+they differ after every step and change no future, so the no-op test ignores them."""
+
+
+_OWN_METHODS: dict[type, frozenset[str]] = {}
+
+
+def _own_methods(cls: type) -> frozenset[str]:
+    """Names defined by ``cls`` or a base other than ``object`` (cached per class)."""
+    if cls not in _OWN_METHODS:
+        bases = [base for base in cls.__mro__ if base is not object]
+        _OWN_METHODS[cls] = frozenset(name for base in bases for name in vars(base))
+    return _OWN_METHODS[cls]
+
+
+def _same(a: Any, b: Any, visited: set[tuple[int, int]]) -> bool:
+    """Structural equality of two copies (objects without ``__eq__`` compared field by
+    field); anything it cannot compare counts as different, which only prunes less."""
+    if a is b or (id(a), id(b)) in visited:
+        return True
+    if type(a) is not type(b):
+        return False
+    visited.add((id(a), id(b)))
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(_same(a[k], b[k], visited) for k in a)
+    if isinstance(a, list | tuple):
+        return len(a) == len(b) and all(_same(x, y, visited) for x, y in zip(a, b, strict=True))
+    try:
+        if "__eq__" in _own_methods(type(a)):
+            return bool(a == b)
+        return hasattr(a, "__dict__") and _same(vars(a), vars(b), visited)
+    except Exception:  # e.g. a tensor's ambiguous truth value: not provably the same
+        return False
 
 
 class _CopiesShareState(Exception):
