@@ -106,6 +106,10 @@ CALL_FIELDS = (
     "mamba_slots",
 )
 MODES = ("plain", "swa", "mamba")
+REFRESHES = 80
+"""How many times ``refresh_often`` matches one key in a row: enough for lazy structures
+that rebuild after many stale entries (radixkv's eviction heap: more than twice the leaves
+plus 64) to rebuild within a short run."""
 
 
 @dataclass
@@ -314,6 +318,10 @@ class ConformanceMachine(RuleBasedStateMachine):
         tail = data.draw(tails(3 * self.page_size), label="tail")
         return base[:cut] + tuple(tail)
 
+    def draw_inserted_key(self, data: st.DataObject) -> tuple[int, ...]:
+        """A key exactly as inserted before (so a match of it ends at a leaf, often)."""
+        return self.keys_seen[data.draw(up_to(len(self.keys_seen) - 1), label="inserted key")]
+
     def draw_namespace(self, data: st.DataObject) -> Namespace:
         if not self.has("namespaces"):
             return None
@@ -507,6 +515,21 @@ class ConformanceMachine(RuleBasedStateMachine):
         """Drop everything, on one roll in eight (Hypothesis favours 0: not that one)."""
         if roll == 5:
             self.do_reset()
+
+    @rule(data=st.data())
+    def refresh_often(self, data: st.DataObject) -> None:
+        """One key matched ``REFRESHES`` times in a row: what a long run does to lazy
+        recency structures (stale entries pile up, then a rebuild), in one step of a short
+        one; the invariants and the next eviction check the rebuilt structure."""
+        tokens, namespace = self.draw_inserted_key(data), self.draw_namespace(data)
+        for _ in range(REFRESHES):
+            self.refresh(tokens, namespace)
+        self.count("refresh_often")
+
+    def refresh(self, tokens: tuple[int, ...], namespace: Namespace) -> None:
+        """One match as a request that then goes away (a mode may have to clean up)."""
+        rules: Any = self  # every mode's rule set has its own do_match
+        rules.do_match(tokens, namespace)
 
     @rule(data=st.data())
     def bad_call(self, data: st.DataObject) -> None:

@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from hypothesis import strategies as st
-from hypothesis.stateful import invariant, precondition, rule
+from hypothesis.stateful import MultipleResults, invariant, multiple, precondition, rule
 from radixkv_spec.mamba import Event, MambaCacheModel
 from radixkv_spec.tokens import page_align
 
@@ -189,7 +189,7 @@ class MambaRules(ConformanceMachine):
     # ---- rules ---------------------------------------------------------------------------
 
     @rule(target=ConformanceMachine.nodes, data=st.data(), with_slot=st.booleans())
-    def insert(self, data: st.DataObject, with_slot: bool) -> NodeRef:
+    def insert(self, data: st.DataObject, with_slot: bool) -> NodeRef | MultipleResults[NodeRef]:
         """Fresh KV for the whole key, with a fresh state slot or none."""
         ns = self.draw_namespace(data)
         tokens = self.draw_tokens(data)
@@ -201,7 +201,7 @@ class MambaRules(ConformanceMachine):
             with self.checking("bad: new tokens without a state"):
                 call = lambda: self.call_insert(step)  # noqa: E731
                 self.expect_rejected(call, "new tokens without a state")
-            return self.ref(None, ns, ())
+            return multiple()  # the call was refused: no handle for the bundle
         slot = self.new_slot() if with_slot else None
         self.count("insert" if with_slot else "insert without state")
         return self.do_insert(tokens, ns, self.allocate(len(tokens)), slot)
@@ -213,6 +213,11 @@ class MambaRules(ConformanceMachine):
         if got.cow_slot is not None:
             self.do_free_slot(got.cow_slot)
         return ref
+
+    def refresh(self, tokens: tuple[int, ...], namespace: Namespace) -> None:
+        got, _ = self.do_match(tokens, namespace)
+        if got.cow_slot is not None:
+            self.do_free_slot(got.cow_slot)
 
     @rule(target=ConformanceMachine.nodes, data=st.data(), snapshot=st.booleans())
     def request(self, data: st.DataObject, snapshot: bool) -> NodeRef:
