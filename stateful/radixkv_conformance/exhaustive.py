@@ -48,7 +48,7 @@ from typing import Any, Literal, Protocol
 from hypothesis.control import BuildContext
 from hypothesis.errors import UnsatisfiedAssumption
 from hypothesis.internal.conjecture.data import ConjectureData
-from hypothesis.stateful import Bundle, RuleBasedStateMachine
+from hypothesis.stateful import Bundle, MultipleResults, RuleBasedStateMachine
 
 Seen = tuple[tuple[str, int], ...]
 """How many labels of each symmetry class the sequence has introduced so far."""
@@ -184,6 +184,7 @@ ALPHABET = Alphabet(
         "evict.swa_num_tokens": Fixed((0, 1)),
         "evict.mamba_slots": Fixed((0, 1)),
         "free_sliding_window_kv.swa_num_tokens": Fixed((1,)),
+        "inserted key": Every(),  # refresh_often: each key inserted so far
         "roll": Fixed((5,)),  # the reset rule resets on roll 5 only
         "bad call": Every(),
         # a bad call is rejected before it reads its key: one representative key each
@@ -459,8 +460,9 @@ class _Driver:
                 else:
                     kwargs[arg] = draws.draw(strategy, arg)
             result = rule.function(state.machine, **kwargs)
-            for target in rule.targets:
-                state.bundles.setdefault(getattr(target, "name", target), []).append(result)
+            added = list(result.values) if isinstance(result, MultipleResults) else [result]
+            for target in rule.targets:  # multiple() with no values adds nothing
+                state.bundles.setdefault(getattr(target, "name", target), []).extend(added)
         except AlphabetError:
             raise
         except Exception as failed:  # a finding, or an acknowledged one (UnsatisfiedAssumption)
