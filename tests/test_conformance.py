@@ -11,7 +11,9 @@ from hypothesis import Phase, settings
 from radixkv_conformance import (
     CHUNK_CACHE,
     MAX_RADIX_TRIE,
+    AdapterError,
     ConformanceError,
+    require_capabilities,
     run_conformance,
 )
 from radixkv_conformance.adapters import broken, chunk, max_trie
@@ -26,6 +28,8 @@ QUICK = settings(
 NO_SHRINK = settings(QUICK, phases=[Phase.explicit, Phase.generate])  # finding, not minimising
 SHRINK = settings(QUICK, max_examples=20, stateful_step_count=10)
 BOTH_BUGS = ("INV-14:unmatched-unlock", "INV-11:evict")
+PROFILE = RADIXKV.but(name="defined-in-this-module")  # not a built-in profile
+module_factory = broken.two_bugs  # `radixkv check tests.test_conformance:module_factory`
 
 
 def test_radix_trie_conforms_under_the_max_profile() -> None:
@@ -81,7 +85,8 @@ def test_known_finding_is_acknowledged_and_the_other_still_reported() -> None:
     report = run_conformance(
         broken.two_bugs, profile=RADIXKV, settings=settings(SHRINK, max_examples=60), known=[known]
     )
-    assert [f.finding for f in report.failures] == [other], report.render()
+    found = {f.finding for f in report.failures}
+    assert other in found and known not in found, report.render()
     assert report.acknowledged[known] > 0  # runs hit it and were discarded
     assert f"acknowledged (--known): {known}" in report.render()
 
@@ -119,6 +124,20 @@ def test_cli_known_reports_the_other_finding(
     assert f"acknowledged (--known): {BOTH_BUGS[0]}" in out
 
 
+def test_a_profile_defined_in_the_module_works_in_every_cli_mode(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The trace names a profile only this module knows: --replay reads it from here."""
+    monkeypatch.setenv("HYPOTHESIS_PROFILE", "mutation")  # the ci search without shrinking
+    target = f"{__name__}:module_factory"
+    args = ["check", target, "--traces", str(tmp_path), "--max-failures", "1"]
+    assert main(args) == 1
+    (written,) = tmp_path.glob("*.json")
+    assert json.loads(written.read_text())["semantics"] == PROFILE.name
+    assert main(["check", "--replay", str(written), target]) == 1  # the finding again
+    assert main(["check", "--replay", str(written)]) == 0  # radixkv's own cache holds
+
+
 def test_cli_replays_a_vector_against_radixkv() -> None:
     vector = Path(__file__).parent / "vectors" / "broken_forgets_free.json"
     assert main(["check", "--replay", str(vector)]) == 0
@@ -130,3 +149,29 @@ def test_cli_replays_a_vector_against_radixkv() -> None:
 def test_cli_rejects_an_unknown_profile() -> None:
     with pytest.raises(SystemExit):
         main(["check", "radixkv_conformance.adapters.chunk:factory", "--profile", "nonsense"])
+
+
+class _ClaimsSwa(broken.TwoBugs):
+    capabilities = broken.TwoBugs.capabilities | {"swa"}
+
+
+class _ClaimsTelepathy(broken.TwoBugs):
+    capabilities = broken.TwoBugs.capabilities | {"telepathy"}
+
+
+@pytest.mark.parametrize(
+    ("adapter", "message"),
+    [
+        (_ClaimsSwa, r"claims capability 'swa' .* has no swa_pages\(\), swa_sizes\(\)"),
+        (_ClaimsSwa, r"keyword 'prev_prefix_len' of insert\(\)"),
+        (_ClaimsTelepathy, r"claims unknown capabilities \['telepathy'\]"),
+    ],
+)
+def test_a_claimed_capability_is_checked_before_any_step(adapter: type, message: str) -> None:
+    with pytest.raises(AdapterError, match=message):
+        run_conformance(lambda page_size, host: adapter(page_size, host), settings=QUICK)
+
+
+def test_an_adapter_without_the_core_is_refused() -> None:
+    with pytest.raises(AdapterError, match=r"has no .*evict\(\)"):
+        require_capabilities(object())

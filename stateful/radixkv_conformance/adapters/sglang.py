@@ -1,7 +1,7 @@
 """sglang's Python ``RadixCache`` (sglang 0.5.23) under the conformance machine.
 
     pip install --no-deps sglang==0.5.23
-    radixkv check stateful.adapters.sglang:factory --profile sglang
+    radixkv check radixkv_conformance.adapters.sglang:factory --profile sglang
 
 sglang's package ``__init__`` pulls in its whole serving stack (triton, zmq, PIL, ...). The
 radix tree needs none of it, so this adapter imports ``sglang.srt.mem_cache.radix_cache``
