@@ -4,6 +4,7 @@
     radixkv check MODULE:FACTORY [--profile P]      # another implementation
     radixkv check MODULE:FACTORY --known ID ...     # acknowledge findings, search on past them
     radixkv check --replay TRACE.json [MODULE:FACTORY] [--profile P]
+    radixkv check --exhaustive N [MODULE:FACTORY]   # every sequence up to N steps
     radixkv replay [--cache radixkv|sglang] [--requests N] [--page-size P] [--plot FILE]
 
 The profile of policies is, in order: ``--profile NAME`` (a built-in one) or ``--profile
@@ -59,6 +60,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.replay is not None:
             return _replay(args.replay, args.target, profile_name)
         targets = [(args.target, args.target)] if args.target else list(OWN)
+        if args.exhaustive is not None:
+            return _exhaustive(args.target, profile_name, args)
         return _check(targets, profile_name, args)
     except LookupError as error:
         parser.error(str(error))  # exits with status 2
@@ -75,6 +78,9 @@ def _parser() -> argparse.ArgumentParser:
     check.add_argument("--hypothesis-profile", choices=SETTINGS_PROFILES, default=None)
     check.add_argument("--thorough", action="store_true", help="= --hypothesis-profile thorough")
     check.add_argument("--replay", type=Path, help="replay a JSON trace instead of searching")
+    check.add_argument(
+        "--exhaustive", type=int, metavar="N", help="run every sequence up to N steps instead"
+    )
     check.add_argument(
         "--known",
         action="append",
@@ -171,6 +177,17 @@ def _check(targets: list[tuple[str, str]], profile_name: str | None, args: Any) 
             failed.append(label)
     print("\nall invariants held" if not failed else f"\nFAILED: {', '.join(failed)}")
     return 1 if failed else 0
+
+
+def _exhaustive(target: str | None, profile_name: str | None, args: Any) -> int:
+    from radixkv_conformance import exhaustive
+
+    explored = exhaustive.own_targets(args.known)
+    if target is not None:
+        factory, declared = _load(target)
+        profile = _profile(profile_name, declared)
+        explored = [exhaustive.target(target, factory, profile, args.known)]
+    return exhaustive.command(explored, args.exhaustive, args.traces)
 
 
 def _replay(path: Path, target: str | None, profile_name: str | None) -> int:
