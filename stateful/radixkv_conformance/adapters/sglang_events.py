@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from radixkv_conformance.adapters import sglang as python_tree
+from radixkv_conformance.adapters._sglang_import import Stub
 from radixkv_conformance.profile import SGLANG
 from radixkv_conformance.protocol import FreeSink
 
@@ -48,11 +49,29 @@ def _load_recorder() -> Any:
         stand_in.BaseModel = type("BaseModel", (), {})  # type: ignore[attr-defined]  # a stand-in module
         sys.modules["pydantic"] = stand_in
     network = "sglang.srt.utils.network"  # the publisher's addresses: never called
-    sys.modules.setdefault(network, python_tree._Stub(network))
+    sys.modules.setdefault(network, Stub(network))
+    _require_native_hash(Path(tree.__file__).parents[1] / "utils")
     sys.modules.pop(_KV_EVENTS, None)
     importlib.import_module(_KV_EVENTS)
     importlib.reload(sys.modules["sglang.srt.mem_cache.events"])
     return importlib.reload(tree)
+
+
+def _require_native_hash(utils_dir: Path) -> None:
+    """sglang hashes event pages with a C++ extension it builds on first use (torch JIT).
+
+    The plain adapter stubs ``sglang.srt.utils``; the extension's loader lives below it, so
+    the stub gets the package's path. Where the build fails (no compiler, no OpenSSL
+    headers) this adapter cannot run: an ImportError, so its vectors skip with the reason.
+    """
+    utils = sys.modules.get("sglang.srt.utils")
+    if utils is not None and not hasattr(utils, "__path__"):
+        utils.__path__ = [str(utils_dir)]
+    native = importlib.import_module("sglang.srt.mem_cache.cpp_utils.native_hash")
+    try:
+        native._load_native_hash_module()
+    except RuntimeError as exc:
+        raise ImportError(f"sglang's native page-hash extension did not build: {exc}") from exc
 
 
 radix_cache = _load_recorder()
