@@ -32,6 +32,9 @@ SWA_MACHINE_AND_EXAMPLES = f"{SWA_MACHINE} tests/test_swa_insert.py tests/test_s
 MAMBA = "src/radixkv/mamba_radix_cache.py"
 LRU = "src/radixkv/lru_list.py"
 MAMBA_MACHINE = "tests/machines/test_mamba_machine.py"
+TRIE = "src/radixkv/radix_trie.py"
+# The RadixTrie machine runs in the conformance tests (the kit's max_trie adapter).
+TRIE_TESTS = "tests/test_radix_trie.py tests/test_conformance.py"
 
 MUTANTS: tuple[Mutant, ...] = (
     Mutant(
@@ -102,10 +105,10 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "size-counter-not-moved-on-lock",
         TREE,
-        "            if n.lock_ref == 0:\n                self.evictable_size -= n.length\n"
-        "                self.protected_size += n.length\n"
-        "                self.leaves.discard(n)\n",
-        "            if n.lock_ref == 0:\n                self.leaves.discard(n)\n",
+        "        if node.lock_ref == 0:\n            self.evictable_size -= node.length\n"
+        "            self.protected_size += node.length\n"
+        "            self.leaves.discard(node)\n",
+        "        if node.lock_ref == 0:\n            self.leaves.discard(node)\n",
     ),
     Mutant(
         "hash-ignores-prior",
@@ -218,7 +221,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "tree-unlocked-leaf-not-evictable-again",
         TREE,
-        "                self._refresh_leaf(n)\n",
+        "            self._refresh_leaf(node)\n",
         "",
     ),
     Mutant(
@@ -249,6 +252,28 @@ MUTANTS: tuple[Mutant, ...] = (
         "        for hook in self.on_split:\n            hook(upper, node)\n",
         "",
         MAMBA_MACHINE,
+    ),
+    # RadixTrie, MAX's facade over the Tree: its example tests or its machine must catch these.
+    Mutant(
+        "trie-split-leaves-blocks-on-lower-part",
+        TRIE,
+        "        upper.blocks, lower.blocks = lower.blocks[:pages], lower.blocks[pages:]\n",
+        "        upper.blocks = lower.blocks[:pages]\n",
+        TRIE_TESTS,
+    ),
+    Mutant(
+        "trie-sequence-does-not-protect",
+        TRIE,
+        "            n.active_seqs.add(seq_id)\n            self.tree.protect(n)\n",
+        "            n.active_seqs.add(seq_id)\n",
+        TRIE_TESTS,
+    ),
+    Mutant(
+        "tree-trim-keeps-evictable-size",
+        TREE,
+        "        self.evictable_size -= leaf.length - keep\n",
+        "",
+        TRIE_TESTS,
     ),
     # Sliding-window attention: the SWA machine must catch these.
     Mutant(
