@@ -18,7 +18,7 @@ the facade adds is MAX's vocabulary:
 
 Recency is the tree's logical clock, stamped on the path of every insert, match and
 release, ties broken by node id (older first), so eviction order is reproducible. Usage
-errors are raised before anything changes. SPEC.md, "RadixTrie", lists where this API
+errors are raised before anything changes. SPEC.md, "RadixTrie (MAX)", lists where this API
 differs from RadixCache.
 """
 

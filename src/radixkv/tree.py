@@ -1,4 +1,6 @@
-"""The radix tree RadixCache (both modes) and MambaRadixCache are built on: TreeNode, Tree.
+"""The radix tree the caches are built on: TreeNode, Tree.
+
+RadixCache (both modes), MambaRadixCache and the RadixTrie facade (MAX's API) each hold one.
 
 ``Tree`` owns node ids, token sizes, lock counts, the evictable leaves with their recency
 heap, and every change of shape (split, add a leaf, delete a leaf), announced through its
@@ -283,9 +285,10 @@ class Tree(Generic[N]):
     recency, and the three changes of shape (``split``, ``add_leaf``, ``delete_leaf``).
 
     Every cache is one Tree plus what its capability adds (SWA tombstones and windows,
-    Mamba states); those parts read and change the tree only through this public surface
-    and learn about changes of shape from three hooks, lists of callables the tree calls
-    after each change (empty lists cost one truth test):
+    Mamba states, RadixTrie's blocks and sequence sets); those parts read and change the
+    tree only through this public surface and learn about changes of shape from three
+    hooks, lists of callables the tree calls after each change (empty lists cost one
+    truth test):
 
     - ``on_added(leaf)``: a leaf was added (``add_leaf``);
     - ``on_deleted(leaf)``: a leaf was unlinked (``delete_leaf``); its ``value`` is still
