@@ -122,3 +122,9 @@ def test_the_tree_under_the_trie_counts_its_tokens() -> None:
     trie.mark_not_in_use_by(held, seq_id="s")
     assert trie.tree.evictable_size == 2 * len(trie.get_evictable_blocks()) == 6
     assert trie.tree.protected_size == 0
+
+
+def test_a_trie_node_constructs_with_defaults() -> None:
+    node = TrieNode()
+    assert (node.tokens, node.blocks, node.active_seqs, node.parent) == ((), [], set(), None)
+    assert node.is_leaf() and len(node) == 0
