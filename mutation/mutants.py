@@ -152,6 +152,8 @@ MUTANTS: tuple[Mutant, ...] = (
         CACHE,
         "        node = path[-1] if path else self.root\n        self.tree.touch(node)\n",
         "        node = path[-1] if path else self.root\n",
+        # The ci machine no longer finds this one (on 7f00910 either): the recency tests do.
+        f"{RADIX_MACHINE} tests/test_evict.py",
     ),
     Mutant(
         "reset-does-not-free",
