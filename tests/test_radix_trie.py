@@ -108,3 +108,23 @@ def test_pretty_print(capsys: pytest.CaptureFixture[str]) -> None:
         "--[2] : ['b']",
         "--[3] : ['c']",
     ]
+
+
+def test_the_tree_under_the_trie_counts_its_tokens() -> None:
+    """Sequence locks and tail trims keep the core Tree's sizes: one page per block."""
+    trie = RadixTrie(page_size=2)
+    held = trie.insert([1, 2, 3, 4], ["a", "b"])
+    trie.insert([5, 6, 7, 8, 9, 10], ["c", "d", "e"])
+    trie.mark_in_use_by(held, seq_id="s")
+    assert (trie.tree.evictable_size, trie.tree.protected_size) == (6, 4)
+    assert trie.evict_blocks(2) == ["e", "d"]  # trims the unused leaf to its first page
+    assert (trie.tree.evictable_size, trie.tree.protected_size) == (2, 4)
+    trie.mark_not_in_use_by(held, seq_id="s")
+    assert trie.tree.evictable_size == 2 * len(trie.get_evictable_blocks()) == 6
+    assert trie.tree.protected_size == 0
+
+
+def test_a_trie_node_constructs_with_defaults() -> None:
+    node = TrieNode()
+    assert (node.tokens, node.blocks, node.active_seqs, node.parent) == ((), [], set(), None)
+    assert node.is_leaf() and len(node) == 0

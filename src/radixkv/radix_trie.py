@@ -1,85 +1,71 @@
 """RadixTrie / TrieNode: MAX's radix trie API (``max.pipelines.kv_cache.radix_trie``).
 
-A trie of its own, not the core ``Tree``: its values are one block per page rather than one
-index per token, its locks are sets of sequence ids rather than counted handles, and its
-eviction trims a leaf's tail page by page. It shares the key checks and the prefix
-comparison of keys.py.
+A facade over the core ``Tree`` (tree.py): the tree walks, splits, adds and deletes nodes,
+keeps ids, sizes, the evictable leaves and their recency; keys are read by keys.py. What
+the facade adds is MAX's vocabulary:
 
-The trie maps page-aligned token prefixes to *blocks*, one opaque hashable block per page
-(a KV page id). It differs from RadixCache where MAX's API does (SPEC.md, "RadixTrie"):
-
+* values are *blocks*, one opaque hashable block per page (a KV page id), kept on each
+  node in ``blocks`` and cut with it through the tree's ``on_split`` hook; a node's
+  ``value`` holds no KV indices (an empty tensor: it only marks the node live);
 * ``insert`` returns only the end node; along an existing path the trie keeps its own
-  blocks and ignores the incoming ones, so the caller releases its duplicates.
-* Locks are sets of sequence ids (``mark_in_use_by`` / ``mark_not_in_use_by``), idempotent
-  per sequence; releasing a sequence that does not hold the node is a ``LockError``.
-* ``evict_blocks(n)`` trims leaves from their tail at page granularity, least recently used
-  leaf first, until exactly ``n`` blocks went or nothing is evictable, and *returns* the
-  evicted blocks (the caller frees them): it never overshoots.
+  blocks and ignores the incoming ones, so the caller releases its duplicates;
+* locks are sets of sequence ids (``mark_in_use_by`` / ``mark_not_in_use_by``), idempotent
+  per sequence; a node's ``lock_ref`` is the tree's protection count, one per sequence in
+  ``active_seqs``; releasing a sequence that does not hold the node is a ``LockError``;
+* ``evict_blocks(n)`` trims the least recently used unused leaf from its tail, page by
+  page, until exactly ``n`` blocks went or nothing is evictable, and *returns* the evicted
+  blocks (the caller frees them): it never overshoots.
 
-Recency is a per-trie logical clock stamped on the path of every insert, match and release,
-ties broken by node id (older first), so eviction order is reproducible. Usage errors are
-raised before anything changes.
+Recency is the tree's logical clock, stamped on the path of every insert, match and
+release, ties broken by node id (older first), so eviction order is reproducible. Usage
+errors are raised before anything changes. SPEC.md, "RadixTrie (MAX)", lists where this API
+differs from RadixCache.
 """
 
 from __future__ import annotations
 
-import heapq
-import itertools
 from collections.abc import Hashable, Iterable, Iterator, Sequence
 from typing import Any
 
-from radixkv.arguments import page_align, require_int
-from radixkv.errors import LockError, StaleNodeError, TokenTypeError, UsageError
+import torch
+
+from radixkv.arguments import require_int
+from radixkv.base import RadixKey, empty_indices
+from radixkv.errors import LockError, TokenTypeError, UsageError
 from radixkv.events import EventListener, PageEvents
-from radixkv.hashing import chain_page_hashes
-from radixkv.keys import Tokens, common_prefix_len, validate_tokens
+from radixkv.keys import KeyData, read_key, validate_tokens
+from radixkv.tree import Descent, Tree, TreeNode, depth_first, path_to_root
 
 
-class TrieNode:
-    """A run of tokens and one block per page of them.
+class TrieNode(TreeNode):
+    """A run of tokens and one block per page of them (a ``TreeNode`` of the trie's tree).
 
-    ``children`` maps the first page of each child's tokens to the child;
-    ``active_seqs`` are the sequences using the node (it is evictable when empty);
-    ``hash_values`` the pages' hashes when the trie has an event listener.
+    ``tokens`` are the node's token ids, ``blocks`` its blocks; ``active_seqs`` are the
+    sequences using the node (it is evictable when empty).
     """
 
-    __slots__ = (
-        "active_seqs",
-        "blocks",
-        "children",
-        "hash_values",
-        "id",
-        "last_access_time",
-        "parent",
-        "tokens",
-    )
+    __slots__ = ("active_seqs", "blocks")
 
     def __init__(
         self,
-        node_id: int,
-        tokens: Tokens,
-        blocks: list[Any],
-        parent: TrieNode | None,
-        last_access_time: int,
+        node_id: int = 1,
+        key: RadixKey | KeyData | None = None,
+        value: torch.Tensor | None = None,
+        parent: TreeNode | None = None,
+        last_access_time: float = 0.0,
+        extra_key: str | None = None,
     ) -> None:
-        self.id = node_id
-        self.tokens = tokens
-        self.blocks = blocks
-        self.parent = parent
-        self.children: dict[Tokens, TrieNode] = {}
+        super().__init__(node_id, key, value, parent, last_access_time, extra_key)
+        self.blocks: list[Any] = []
         self.active_seqs: set[Hashable] = set()
-        self.last_access_time = last_access_time
-        self.hash_values: list[str] | None = None  # page hashes, kept while events are on
 
     def is_leaf(self) -> bool:
         return not self.children
 
-    def __len__(self) -> int:
-        return len(self.tokens)
-
     def __repr__(self) -> str:
-        more = "..." if len(self.tokens) > 8 else ""
-        return f"TrieNode(id={self.id}, tokens={list(self.tokens[:8])}{more}, blocks={self.blocks})"
+        tokens = self.tokens
+        more = "..." if len(tokens) > 8 else ""
+        return f"TrieNode(id={self.id}, tokens={list(tokens[:8])}{more}, blocks={self.blocks})"
 
 
 class RadixTrie:
@@ -89,12 +75,15 @@ class RadixTrie:
         """``event_listener`` receives a record for every page stored or evicted (the
         default namespace's page hashes, SPEC.md §9); without one nothing is hashed."""
         self.page_size = require_int("page_size", page_size, 1)
-        self._events = None if event_listener is None else PageEvents(event_listener, page_size)
-        self._clock = itertools.count(1)
-        self._ids = itertools.count()
-        self.root = TrieNode(next(self._ids), (), [], None, 0)
-        self.all_blocks: set[Any] = set()
-        self.evictable_blocks: set[Any] = set()
+        self.tree = Tree(TrieNode, self.page_size, torch.device("cpu"))
+        self.tree.on_split.append(self._split_blocks)
+        self._events = PageEvents.on(self.tree, event_listener)
+        self._live = empty_indices(self.tree.device)  # every node's value: "not evicted"
+        self.all_blocks: set[Any] = set()  # the blocks of every node: new ones must not be
+
+    @property
+    def root(self) -> TrieNode:
+        return self.tree.root
 
     # ---- insert and match --------------------------------------------------------------
 
@@ -117,20 +106,18 @@ class RadixTrie:
             raise UsageError(f"{len(key)} tokens is not a multiple of page_size {p}")
         if len(key) // p != len(blocks):
             raise UsageError(f"{len(blocks)} blocks for {len(key) // p} pages")
-        start = self._require_live(node)
-        matched = self._matched_len(start, key)
-        new_blocks = list(blocks[matched // p :])
+        start = self._start(node)
+        with read_key(RadixKey(key), p, self.tree.packed) as found:
+            walk = self.tree.descend(found, start)
+            new = found.new_part(walk.end)
+        new_blocks = list(blocks[walk.end // p :])
         self._require_fresh(new_blocks)
-        now = next(self._clock)
-        end, matched = self._walk(start, key, now)
-        if matched < len(key):
-            leaf = TrieNode(next(self._ids), key[matched:], new_blocks, end, now)
-            end.children[key[matched : matched + p]] = leaf
+        end = self._end_of(walk, start)
+        if new:
+            end = self.tree.add_leaf(end, new, None, self._live)
+            end.blocks = new_blocks
             self.all_blocks.update(new_blocks)
-            self.evictable_blocks.update(new_blocks)
-            if self._events is not None:
-                self._report_stored(leaf)
-            end = leaf
+        self.tree.touch(end)
         return end
 
     def match_prefix(
@@ -142,25 +129,28 @@ class RadixTrie:
         matched path becomes the most recently used.
         """
         key = validate_tokens(tokens)
-        start = self._require_live(node)
-        key = key[: page_align(len(key), self.page_size)]
-        end, _ = self._walk(start, key, next(self._clock))
-        blocks: list[Any] = []
-        for n in reversed(list(self._path(end, start))):
-            blocks.extend(n.blocks)
-        return end, blocks
+        start = self._start(node)
+        with read_key(RadixKey(key), self.page_size, self.tree.packed) as found:
+            walk = self.tree.descend(found, start)
+        end = self._end_of(walk, start)
+        self.tree.touch(end)
+        return end, [block for n in walk.path for block in self._node(n).blocks]
+
+    def _end_of(self, walk: Descent, start: TrieNode) -> TrieNode:
+        """The node a walk from ``start`` ends at, cutting the node the key ends inside."""
+        if walk.partial is not None:
+            walk.path.append(self.tree.split(self._node(walk.partial), walk.partial_len))
+        return self._node(walk.path[-1]) if walk.path else start
 
     # ---- locks -------------------------------------------------------------------------
 
     def mark_in_use_by(self, node: TrieNode, seq_id: Hashable) -> None:
         """Mark ``node`` and its ancestors as used by ``seq_id`` (idempotent per sequence)."""
-        self._require_live(node)
-        for n in self._path(node):
+        for n in path_to_root(self.tree.require_live(node)):
             if seq_id in n.active_seqs:
                 break  # a sequence holding a node holds its ancestors already
-            if not n.active_seqs:
-                self.evictable_blocks.difference_update(n.blocks)
             n.active_seqs.add(seq_id)
+            self.tree.protect(n)
 
     def mark_not_in_use_by(self, node: TrieNode, seq_id: Hashable) -> None:
         """Release ``node`` and its ancestors from ``seq_id``; they become most recently used.
@@ -168,17 +158,15 @@ class RadixTrie:
         Raises:
             LockError: ``seq_id`` does not hold every node on the path (nothing changes).
         """
-        self._require_live(node)
-        path = list(self._path(node))
+        node = self.tree.require_live(node)
+        path = list(path_to_root(node))
         for n in path:
             if seq_id not in n.active_seqs:
                 raise LockError(f"sequence {seq_id!r} does not hold {n!r}")
-        now = next(self._clock)
         for n in path:
             n.active_seqs.discard(seq_id)
-            n.last_access_time = now
-            if not n.active_seqs:
-                self.evictable_blocks.update(n.blocks)
+            self.tree.unprotect(n)
+        self.tree.touch(node)
 
     # ---- eviction ----------------------------------------------------------------------
 
@@ -186,34 +174,28 @@ class RadixTrie:
         """Evict up to ``desired_num_evicted`` blocks from the tails of unused leaves.
 
         Least recently used leaf first (older node on a tie); a leaf emptied by trimming is
-        unlinked and its parent, if it became an unused leaf, joins the candidates. Returns
+        deleted and its parent, if it became an unused leaf, joins the candidates. Returns
         exactly the evicted blocks, in eviction order (a leaf's last page first); the caller
         frees them. Stops short only when nothing is evictable.
         """
         require_int("desired_num_evicted", desired_num_evicted, 0)
-        heap = [(n.last_access_time, n.id, n) for n in self._nodes() if self._evictable_leaf(n)]
-        heapq.heapify(heap)
         evicted: list[Any] = []
-        while len(evicted) < desired_num_evicted and heap:
-            _, _, leaf = heapq.heappop(heap)
-            child_key = self._first_page(leaf)
-            k = min(desired_num_evicted - len(evicted), len(leaf.blocks))
-            trimmed = leaf.blocks[len(leaf.blocks) - k :]
+        while len(evicted) < desired_num_evicted:
+            leaf = self.tree.lru_leaf()
+            if leaf is None:
+                break
+            kept = max(len(leaf.blocks) - (desired_num_evicted - len(evicted)), 0)
+            trimmed = leaf.blocks[kept:]
             evicted.extend(reversed(trimmed))
             self.all_blocks.difference_update(trimmed)
-            self.evictable_blocks.difference_update(trimmed)
-            del leaf.blocks[len(leaf.blocks) - k :]
-            leaf.tokens = leaf.tokens[: len(leaf.blocks) * self.page_size]
-            if self._events is not None and leaf.hash_values is not None:
-                self._events.removed(leaf.hash_values[len(leaf.blocks) :])
-                del leaf.hash_values[len(leaf.blocks) :]
-            if not leaf.blocks:
-                parent = leaf.parent
-                assert parent is not None
-                del parent.children[child_key]
-                leaf.parent = None
-                if self._evictable_leaf(parent):
-                    heapq.heappush(heap, (parent.last_access_time, parent.id, parent))
+            del leaf.blocks[kept:]
+            if kept:
+                if self._events is not None and leaf.hash_values is not None:
+                    self._events.removed(leaf.hash_values[kept:])  # the trimmed tail pages
+                self.tree.trim_leaf(leaf, kept * self.page_size)
+            else:
+                self.tree.delete_leaf(leaf)  # its parent may become a candidate
+                leaf.value = None
         return evicted
 
     def get_all_blocks(self) -> set[Any]:
@@ -222,108 +204,40 @@ class RadixTrie:
 
     def get_evictable_blocks(self) -> set[Any]:
         """The blocks of nodes no sequence uses."""
-        return set(self.evictable_blocks)
+        return {b for n in self.nodes() if not n.lock_ref for b in n.blocks}
 
     # ---- display -----------------------------------------------------------------------
 
     def pretty_format(self, print_blocks: bool = False) -> list[str]:
-        """One line per node, depth-first: ``'-' * 2·depth`` then the tokens (and blocks)."""
+        """One line per node, depth-first: ``'-' * 2·(depth-1)`` then the tokens (and blocks)."""
         lines: list[str] = []
-        stack = [(child, 0) for child in reversed(list(self.root.children.values()))]
-        while stack:
-            node, indent = stack.pop()
-            line = "-" * indent + str(list(node.tokens))
+        for node, depth in depth_first(self.root):
+            line = "-" * (2 * depth - 2) + str(list(node.tokens))
             lines.append(f"{line} : {node.blocks}" if print_blocks else line)
-            stack.extend((c, indent + 2) for c in reversed(list(node.children.values())))
         return lines
 
     def pretty_print(self, print_blocks: bool = True) -> None:
         for line in self.pretty_format(print_blocks):
             print(line)
 
+    def nodes(self) -> Iterator[TrieNode]:
+        """Every node below the root, parents before children."""
+        return self.tree.nodes()
+
     # ---- internals ---------------------------------------------------------------------
 
-    def _walk(self, node: TrieNode, key: Tokens, now: int) -> tuple[TrieNode, int]:
-        """Descend along ``key``, stamping each node; split where the match ends mid-node."""
-        node.last_access_time = now
-        matched, p = 0, self.page_size
-        while matched < len(key):
-            child = node.children.get(key[matched : matched + p])
-            if child is None:
-                break
-            same = page_align(common_prefix_len(child.tokens, key, matched), p)
-            ends_inside = same < len(child)
-            if ends_inside:
-                child = self._split(child, same)
-            child.last_access_time = now
-            node, matched = child, matched + same
-            if ends_inside:
-                break
-        return node, matched
+    def _split_blocks(self, upper: TrieNode, lower: TrieNode) -> None:
+        """``on_split``: the upper part takes the blocks of its pages and the sequences."""
+        pages = upper.length // self.page_size
+        upper.blocks, lower.blocks = lower.blocks[:pages], lower.blocks[pages:]
+        upper.active_seqs = set(lower.active_seqs)
 
-    def _matched_len(self, node: TrieNode, key: Tokens) -> int:
-        """How many leading tokens of ``key`` are cached below ``node`` (changes nothing)."""
-        matched, p = 0, self.page_size
-        while matched < len(key):
-            child = node.children.get(key[matched : matched + p])
-            if child is None:
-                break
-            same = page_align(common_prefix_len(child.tokens, key, matched), p)
-            matched += same
-            if same < len(child):
-                break
-            node = child
-        return matched
+    def _start(self, node: object) -> TrieNode:
+        return self.root if node is None else self.tree.require_live(node)
 
-    def _split(self, node: TrieNode, split_len: int) -> TrieNode:
-        """Cut ``node`` after ``split_len`` tokens; the new upper part takes its place.
-
-        The original object stays the lower part, so a handle to it still ends where it did.
-        """
-        parent = node.parent
-        assert parent is not None and 0 < split_len < len(node)
-        pages = split_len // self.page_size
-        upper = TrieNode(
-            next(self._ids),
-            node.tokens[:split_len],
-            node.blocks[:pages],
-            parent,
-            node.last_access_time,
-        )
-        upper.active_seqs = set(node.active_seqs)
-        if node.hash_values is not None:
-            upper.hash_values, node.hash_values = (
-                node.hash_values[:pages],
-                node.hash_values[pages:],
-            )
-        parent.children[self._first_page(node)] = upper
-        node.tokens = node.tokens[split_len:]
-        node.blocks = node.blocks[pages:]
-        node.parent = upper
-        upper.children[self._first_page(node)] = node
-        return upper
-
-    def _report_stored(self, leaf: TrieNode) -> None:
-        """Hash a new leaf's pages after its parent's (the trie has one namespace: None)."""
-        assert self._events is not None and leaf.parent is not None
-        parent_hashes = leaf.parent.hash_values
-        prior = parent_hashes[-1] if parent_hashes else None
-        leaf.hash_values = chain_page_hashes(leaf.tokens, self.page_size, prior)
-        self._events.stored(leaf.tokens, None, leaf.hash_values, prior)
-
-    def _first_page(self, node: TrieNode) -> Tokens:
-        return node.tokens[: self.page_size]
-
-    def _require_live(self, node: object) -> TrieNode:
-        if node is None:
-            return self.root
-        if not isinstance(node, TrieNode):
-            raise TokenTypeError(f"expected a TrieNode, got {type(node).__name__}")
-        top = node
-        while top.parent is not None:
-            top = top.parent
-        if top is not self.root:
-            raise StaleNodeError(f"node {node.id} was evicted or belongs to another trie")
+    @staticmethod
+    def _node(node: TreeNode) -> TrieNode:
+        assert isinstance(node, TrieNode)
         return node
 
     def _require_fresh(self, blocks: list[Any]) -> None:
@@ -334,20 +248,3 @@ class RadixTrie:
             raise UsageError("the same block is given for two pages")
         if not self.all_blocks.isdisjoint(blocks):
             raise UsageError("a new page's block is already in the trie")
-
-    def _path(self, node: TrieNode, stop: TrieNode | None = None) -> Iterator[TrieNode]:
-        """``node`` and its ancestors up to ``stop`` (default the root), both excluded."""
-        stop = self.root if stop is None else stop
-        while node is not stop and node.parent is not None:
-            yield node
-            node = node.parent
-
-    def _nodes(self) -> Iterator[TrieNode]:
-        stack = list(self.root.children.values())
-        while stack:
-            node = stack.pop()
-            yield node
-            stack.extend(node.children.values())
-
-    def _evictable_leaf(self, node: TrieNode) -> bool:
-        return node is not self.root and not node.children and not node.active_seqs

@@ -1,4 +1,6 @@
-"""The radix tree RadixCache (both modes) and MambaRadixCache are built on: TreeNode, Tree.
+"""The radix tree the caches are built on: TreeNode, Tree.
+
+RadixCache (both modes), MambaRadixCache and the RadixTrie facade (MAX's API) each hold one.
 
 ``Tree`` owns node ids, token sizes, lock counts, the evictable leaves with their recency
 heap, and every change of shape (split, add a leaf, delete a leaf), announced through its
@@ -257,13 +259,20 @@ def recode_tree(root: TreeNode, page_size: int) -> None:
         node.children = {edge(c, page_size): c for c in node.children.values()}
 
 
-def tree_lines(root: TreeNode) -> Iterator[str]:
-    """One line per node below ``root``, indented by depth, children in insertion order."""
+def depth_first(root: N) -> Iterator[tuple[N, int]]:
+    """Every node below ``root`` with its depth (1 for a child of ``root``), each node
+    before its children and children in insertion order: the order of a printed tree."""
     stack = [(child, 1) for child in reversed(list(root.children.values()))]
     while stack:
         node, depth = stack.pop()
-        yield "  " * depth + repr(node)
+        yield cast(N, node), depth
         stack.extend((c, depth + 1) for c in reversed(list(node.children.values())))
+
+
+def tree_lines(root: TreeNode) -> Iterator[str]:
+    """One line per node below ``root``, indented by depth, children in insertion order."""
+    for node, depth in depth_first(root):
+        yield "  " * depth + repr(node)
 
 
 Hook = Callable[[N], None]
@@ -275,9 +284,10 @@ class Tree(Generic[N]):
     recency, and the three changes of shape (``split``, ``add_leaf``, ``delete_leaf``).
 
     Every cache is one Tree plus what its capability adds (SWA tombstones and windows,
-    Mamba states); those parts read and change the tree only through this public surface
-    and learn about changes of shape from three hooks, lists of callables the tree calls
-    after each change (empty lists cost one truth test):
+    Mamba states, RadixTrie's blocks and sequence sets); those parts read and change the
+    tree only through this public surface and learn about changes of shape from three
+    hooks, lists of callables the tree calls after each change (empty lists cost one
+    truth test):
 
     - ``on_added(leaf)``: a leaf was added (``add_leaf``);
     - ``on_deleted(leaf)``: a leaf was unlinked (``delete_leaf``); its ``value`` is still
@@ -343,9 +353,17 @@ class Tree(Generic[N]):
         """Whether the tree holds packed key data (keys.py), not token tuples."""
         return holds_packed(self.root)
 
-    def descend(self, key: KeyRead) -> Descent:
-        """Where ``key`` leads (``descend``); never splits."""
-        return descend(self.root, key, self.page_size)
+    def descend(self, key: KeyRead, start: N | None = None) -> Descent:
+        """Where ``key`` leads from ``start`` (default: the root; ``descend``); never splits.
+
+        A key that turns the tree's packed keys into tuples turns all of them, not only
+        those below ``start``.
+        """
+        if start is None or start is self.root:
+            return descend(self.root, key, self.page_size)
+        if not key.packed and self.packed:
+            recode_tree(self.root, self.page_size)
+        return descend(start, key, self.page_size)
 
     # ---- shape ---------------------------------------------------------------------------
 
@@ -380,6 +398,22 @@ class Tree(Generic[N]):
         self.evictable_size -= leaf.length
         for hook in self.on_deleted:
             hook(leaf)
+
+    def trim_leaf(self, leaf: N, keep: int) -> None:
+        """Drop the tail of the unlocked leaf ``leaf`` after its first ``keep`` tokens.
+
+        ``keep`` is page-aligned and leaves at least the first page, so the leaf keeps its
+        place under its parent, its id and its recency; what a part keeps per page it
+        trims itself. (Deleting the whole leaf is ``delete_leaf``.)
+        """
+        assert leaf in self.leaves and leaf.value is not None
+        assert 0 < keep < leaf.length and keep % self.page_size == 0
+        self.evictable_size -= leaf.length - keep
+        leaf.data = span(leaf.data, 0, keep)
+        leaf.length = keep
+        leaf.value = leaf.value[:keep]
+        if leaf.hash_values is not None:
+            leaf.hash_values = leaf.hash_values[: keep // self.page_size]
 
     # ---- recency and evictable leaves -----------------------------------------------------
 
@@ -446,18 +480,27 @@ class Tree(Generic[N]):
         """One lock handle on ``node``: the path node..root becomes protected."""
         node.held_locks += 1
         for n in path_to_root(node):
-            if n.lock_ref == 0:
-                self.evictable_size -= n.length
-                self.protected_size += n.length
-                self.leaves.discard(n)
-            n.lock_ref += 1
+            self.protect(n)
 
     def unlock(self, node: N) -> None:
         """Undo one ``lock(node)``; the caller checked that ``node`` holds one."""
         node.held_locks -= 1
         for n in path_to_root(node):
-            n.lock_ref -= 1
-            if n.lock_ref == 0:
-                self.protected_size -= n.length
-                self.evictable_size += n.length
-                self._refresh_leaf(n)
+            self.unprotect(n)
+
+    def protect(self, node: N) -> None:
+        """One more count on ``node``'s own ``lock_ref`` (``lock`` counts a whole path);
+        a node with a count is protected: its tokens leave the evictable size."""
+        if node.lock_ref == 0:
+            self.evictable_size -= node.length
+            self.protected_size += node.length
+            self.leaves.discard(node)
+        node.lock_ref += 1
+
+    def unprotect(self, node: N) -> None:
+        """Undo one ``protect(node)``; at zero the node is evictable again."""
+        node.lock_ref -= 1
+        if node.lock_ref == 0:
+            self.protected_size -= node.length
+            self.evictable_size += node.length
+            self._refresh_leaf(node)

@@ -14,7 +14,6 @@ from typing import Any
 
 import radixkv
 from radixkv.keys import validate_tokens
-from radixkv.radix_trie import TrieNode
 from radixkv_conformance.profile import MAX_RADIX_TRIE
 from radixkv_conformance.protocol import FreeSink, Sizes
 from radixkv_conformance.protocol import TokenPlace as Slot
@@ -76,17 +75,14 @@ class RadixTrieAdapter:
     def contents(self) -> dict[Slot, int]:
         out: dict[Slot, int] = {}
         p = self.page_size
-        stack: list[tuple[TrieNode, tuple[Any, ...]]] = [(self.trie.root, ())]
-        while stack:
-            node, path = stack.pop()
-            for child in node.children.values():
-                child_path = path + child.tokens
-                start = len(path)
-                for page, block in enumerate(child.blocks):
-                    end = start + (page + 1) * p
-                    for offset, index in enumerate(block):
-                        out[(None, child_path[:end], offset)] = index
-                stack.append((child, child_path))
+        paths: dict[int, tuple[Any, ...]] = {id(self.trie.root): ()}
+        for node in self.trie.nodes():  # parents first
+            start = len(path := paths[id(node.parent)])
+            paths[id(node)] = node_path = path + node.tokens
+            for page, block in enumerate(node.blocks):
+                end = start + (page + 1) * p
+                for offset, index in enumerate(block):
+                    out[(None, node_path[:end], offset)] = index
         return out
 
     def check(self) -> None:
@@ -94,7 +90,7 @@ class RadixTrieAdapter:
         assert evictable <= all_blocks, "evictable blocks that the trie does not hold"
 
     def snapshot(self) -> Hashable:
-        seqs = tuple(sorted(map(str, n.active_seqs)) for n in self.trie._nodes())
+        seqs = tuple(sorted(map(str, n.active_seqs)) for n in self.trie.nodes())
         return (
             tuple(self.trie.pretty_format(print_blocks=True)),
             frozenset(self.trie.get_evictable_blocks()),
