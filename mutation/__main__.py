@@ -51,7 +51,8 @@ def run(mutant: Mutant, suite: list[str] | None = None) -> tuple[Mutant, bool, f
         src = apply(mutant, Path(tmp))
         env = {
             **os.environ,
-            "PYTHONPATH": f"{src}{os.pathsep}{ROOT}",
+            # this checkout's spec and kit too, not whatever copy an environment installed
+            "PYTHONPATH": os.pathsep.join(map(str, (src, ROOT / "spec", ROOT / "stateful", ROOT))),
             "HYPOTHESIS_PROFILE": "mutation",
         }
         probe = [sys.executable, "-c", "import radixkv; print(radixkv.__file__)"]

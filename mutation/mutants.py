@@ -471,3 +471,77 @@ MUTANTS: tuple[Mutant, ...] = (
         SWA_MACHINE_AND_EXAMPLES,
     ),
 )
+
+# ---- Issue 12, item 7: families random search used to miss (kit helper; keep this block last).
+# Caller buffers: the caller writes into the key list and value tensor it passed, right after
+# the call (capability ``caller_buffers``); a cache that kept a view disagrees with the spec.
+# Rebuilds: ``refresh_often`` matches one key 80 times, so the eviction heap's rebuild (after
+# more than 2 * leaves + 64 stale entries) runs in a short CI run. Pools at exhaustion: the
+# direct checks of copy-on-write with a full state pool and of the pools' bounds.
+ALLOCATOR = "src/radixkv/allocator.py"
+STATE_POOL = "src/radixkv/mamba_pool.py"
+MAMBA_EXAMPLES = "tests/test_mamba_cache.py"
+ALLOCATOR_EXAMPLES = "tests/test_allocator.py"
+
+KIT_FAMILIES: tuple[Mutant, ...] = (
+    Mutant(
+        "caller-buffer-kept-as-view",
+        CACHE,
+        "        if not self.supports_swa:  # a private copy of just the part the tree keeps\n"
+        "            value = value.clone()",
+        "        if not self.supports_swa:  # a private copy of just the part the tree keeps\n"
+        "            value = value",
+    ),
+    Mutant(
+        "swa-caller-buffer-kept-as-view",
+        CACHE,
+        "        value = aligned_value(data, value, self.device, copy=self.supports_swa)",
+        "        value = aligned_value(data, value, self.device, copy=False)",
+        SWA_MACHINE,
+    ),
+    Mutant(
+        "mamba-caller-buffer-kept-as-view",
+        MAMBA,
+        "            value = aligned_value(data, value, self.device)",
+        "            value = aligned_value(data, value, self.device, copy=False)",
+        MAMBA_MACHINE,
+    ),
+    Mutant(
+        "heap-rebuild-drops-a-leaf",
+        CACHE,
+        "            heap[:] = [(n.recency(), n) for n in self._leaves]",
+        "            heap[:] = [(n.recency(), n) for n in list(self._leaves)[1:]]",
+    ),
+    Mutant(
+        "cow-at-exhaustion-makes-no-room",
+        MAMBA,
+        "            self.evict(0, 1)\n",
+        "            pass\n",
+        MAMBA_EXAMPLES,
+    ),
+    Mutant(
+        "cow-at-exhaustion-evicts-its-source",
+        MAMBA,
+        "            self.inc_lock_ref(node)  # the state to copy must survive making room\n"
+        "            self.evict(0, 1)\n"
+        "            self.dec_lock_ref(node)\n",
+        "            self.evict(0, 1)\n",
+        MAMBA_EXAMPLES,
+    ),
+    Mutant(
+        "kv-pool-hands-out-one-index-too-many",
+        ALLOCATOR,
+        "        if n > self._num_free:",
+        "        if n > self._num_free + 1:",
+        ALLOCATOR_EXAMPLES,
+    ),
+    Mutant(
+        "state-pool-ignores-exhaustion",
+        STATE_POOL,
+        "        if not self._free:\n            return None",
+        "        if not self._free:\n            return 0",
+        MAMBA_EXAMPLES,
+    ),
+)
+
+MUTANTS = MUTANTS + KIT_FAMILIES

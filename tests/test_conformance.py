@@ -1,10 +1,10 @@
-"""The conformance kit as a third party uses it: run_conformance, reports, traces, the CLI."""
+"""The conformance kit as a third party uses it: run_conformance, reports, findings, the CLI."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import Phase, settings
@@ -12,18 +12,20 @@ from radixkv_conformance import (
     CHUNK_CACHE,
     MAX_RADIX_TRIE,
     ConformanceError,
-    RadixCacheAdapter,
     run_conformance,
 )
 from radixkv_conformance.adapters import broken, chunk, max_trie
+from radixkv_conformance.adapters.radixkv import mamba, radix_cache, sliding_window
 from radixkv_conformance.cli import main
-from radixkv_conformance.semantics import RADIXKV, Semantics
+from radixkv_conformance.profile import RADIXKV, RADIXKV_MAMBA, RADIXKV_SWA
 from radixkv_conformance.trace import replay
 
 QUICK = settings(
     max_examples=25, stateful_step_count=20, deadline=None, database=None, derandomize=True
 )
 NO_SHRINK = settings(QUICK, phases=[Phase.explicit, Phase.generate])  # finding, not minimising
+SHRINK = settings(QUICK, max_examples=20, stateful_step_count=10)
+BOTH_BUGS = ("INV-14:unmatched-unlock", "INV-11:evict")
 
 
 def test_radix_trie_conforms_under_the_max_profile() -> None:
@@ -37,28 +39,58 @@ def test_chunk_cache_conforms_under_the_chunk_profile() -> None:
     run_conformance(chunk.factory, profile=CHUNK_CACHE, settings=QUICK).raise_for_failures()
 
 
+@pytest.mark.parametrize(
+    ("factory", "profile", "rule"),
+    [(sliding_window, RADIXKV_SWA, "evict"), (mamba, RADIXKV_MAMBA, "request")],
+)
+def test_swa_and_mamba_go_through_run_conformance(factory: Any, profile: Any, rule: str) -> None:
+    """The capability rule sets run for any factory that declares them, radixkv's included."""
+    report = run_conformance(factory, profile=profile, settings=QUICK)
+    report.raise_for_failures()
+    assert report.stats[rule] > 0, report.render()
+
+
 def test_the_broken_adapter_fails() -> None:
     report = run_conformance(broken.factory, profile=RADIXKV, settings=NO_SHRINK)
     assert not report.passed
     failure = report.failures[0]
     assert failure.invariant in ("INV-7", "INV-11"), failure.message
     assert failure.trace["steps"][-1]["op"] in ("evict", "reset")  # where frees go missing
-    with pytest.raises(ConformanceError, match="failure 1"):
+    with pytest.raises(ConformanceError, match=r"finding 1 \[INV-"):
         report.raise_for_failures()
     assert not replay(failure.trace, broken.factory).passed
-    assert replay(json.loads(json.dumps(failure.trace)), RadixCacheAdapter).passed
+    assert replay(json.loads(json.dumps(failure.trace)), radix_cache).passed
+
+
+def test_two_independent_bugs_are_two_findings_each_with_its_trace() -> None:
+    report = run_conformance(broken.two_bugs, profile=RADIXKV, settings=SHRINK, max_failures=2)
+    found = {f.finding: f for f in report.failures}
+    assert set(BOTH_BUGS) <= set(found), report.render()
+    for fid in BOTH_BUGS:
+        trace = found[fid].trace
+        assert trace["failure"]["finding"] == fid
+        result = replay(trace, broken.two_bugs)
+        assert not result.passed and result.finding == fid, result
+        assert replay(trace, radix_cache).passed  # the steps are fine for a correct cache
+    unlock_trace = found["INV-14:unmatched-unlock"].trace
+    assert unlock_trace["steps"][-1]["op"] == "unlock"  # shrunk to end where it broke
+
+
+def test_known_finding_is_acknowledged_and_the_other_still_reported() -> None:
+    known, other = BOTH_BUGS
+    report = run_conformance(
+        broken.two_bugs, profile=RADIXKV, settings=settings(SHRINK, max_examples=60), known=[known]
+    )
+    assert [f.finding for f in report.failures] == [other], report.render()
+    assert report.acknowledged[known] > 0  # runs hit it and were discarded
+    assert f"acknowledged (--known): {known}" in report.render()
 
 
 def test_a_chunk_cache_is_not_a_radix_cache() -> None:
     """Under the exact radixkv profile, a cache that shares nothing disagrees at once."""
-    exact = dataclasses.replace(RADIXKV, page_sizes=(1,))
+    exact = RADIXKV.but(page_sizes=(1,))
     report = run_conformance(chunk.factory, profile=exact, settings=QUICK, max_failures=1)
     assert not report.passed and report.failures[0].invariant in ("INV-6", "INV-10", "INV-12")
-
-
-def test_unknown_capabilities_are_rejected() -> None:
-    with pytest.raises(ValueError, match="unknown capabilities"):
-        Semantics("x", capabilities=frozenset({"telepathy"}))
 
 
 def test_cli_check_fails_and_writes_a_replayable_trace(
@@ -67,12 +99,24 @@ def test_cli_check_fails_and_writes_a_replayable_trace(
     """ChunkCache claimed as an exact RadixCache: the CLI fails and keeps the trace."""
     traces, target = tmp_path / "traces", "radixkv_conformance.adapters.chunk:factory"
     args = ["check", target, "--profile", "radixkv", "--hypothesis-profile", "ci"]
-    code = main([*args, "--traces", str(traces)])
+    code = main([*args, "--traces", str(traces), "--max-failures", "1"])
     out = capsys.readouterr().out
-    assert code == 1 and "FAILED" in out and "failure 1" in out
+    assert code == 1 and "FAILED" in out and "finding 1" in out
     (written,) = traces.glob("*.json")
     assert main(["check", "--replay", str(written), target, "--profile", "radixkv"]) == 1
     assert main(["check", "--replay", str(written)]) == 0  # radixkv's RadixCache holds
+
+
+def test_cli_known_reports_the_other_finding(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HYPOTHESIS_PROFILE", "mutation")  # the ci search without shrinking
+    target = "radixkv_conformance.adapters.broken:two_bugs"
+    args = ["check", target, "--traces", str(tmp_path)]
+    assert main([*args, "--known", BOTH_BUGS[0], "--max-failures", "1"]) == 1
+    out = capsys.readouterr().out
+    assert f"[{BOTH_BUGS[1]}]" in out and f"[{BOTH_BUGS[0]}]:" not in out
+    assert f"acknowledged (--known): {BOTH_BUGS[0]}" in out
 
 
 def test_cli_replays_a_vector_against_radixkv() -> None:

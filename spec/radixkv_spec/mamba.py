@@ -27,6 +27,7 @@ from typing import Literal, TypeAlias
 
 from radixkv_spec.invariants import SpecViolation, holds, require
 from radixkv_spec.model import cached_len, child_paths, page_prefixes, path_indices, validate_index
+from radixkv_spec.policies import DEEPEST_STATE, LRU_LEAVES, MambaMatchPolicy, VictimOrder
 from radixkv_spec.tokens import (
     Namespace,
     Token,
@@ -99,13 +100,23 @@ class MambaMatch:
 class MambaCacheModel:
     """The cached pages and states of a MambaRadixCache, with handles and recency."""
 
-    def __init__(self, page_size: int = 1) -> None:
+    def __init__(
+        self,
+        page_size: int = 1,
+        victims: VictimOrder = LRU_LEAVES,
+        matching: MambaMatchPolicy = DEEPEST_STATE,
+    ) -> None:
         """An empty cache storing pages of ``page_size`` tokens.
+
+        ``victims`` and ``matching`` are the engine's policies (``radixkv_spec.policies``):
+        which victim an eviction may take, and how a match is cut.
 
         pre: page_size >= 1
         """
         require(page_size >= 1, f"page_size must be >= 1, got {page_size}")
         self.page_size = page_size
+        self.victims = victims
+        self.matching = matching
         self.pages: dict[Namespace, dict[PagePath, tuple[int, ...]]] = {}
         self.states: dict[Position, int] = {}
         self.handles: Counter[Position] = Counter()
@@ -199,14 +210,17 @@ class MambaCacheModel:
         key = aligned(validate_tokens(tokens), self.page_size)
         kv_len = cached_len(self.pages.get(ns, {}), key, self.page_size)
         ends = [len(q) for q in page_prefixes(key[:kv_len], self.page_size)]
-        prefix_len = truncated_len([n for n in ends if self.has_state(ns, key[:n])], kv_len)
+        state_ends = [n for n in ends if self.has_state(ns, key[:n])]
+        deepest = truncated_len(state_ends, kv_len)
+        prefix_len = self.matching.matched_len(kv_len, state_ends)
         path = key[:prefix_len]
         self._stamp(ns, path)
+        copied = self.matching.copies_state and deepest > 0
         return MambaMatch(
             indices=path_indices(self.pages.get(ns, {}), path, self.page_size),
             prefix_len=prefix_len,
-            source_slot=self.states.get((ns, path)) if path else None,
-            branching_seqlen=branching_seqlen(kv_len, prefix_len),
+            source_slot=self.states.get((ns, key[:deepest])) if copied else None,
+            branching_seqlen=branching_seqlen(kv_len, deepest),
         )
 
     def insert(
@@ -315,7 +329,7 @@ class MambaCacheModel:
         return (ns, path)
 
     def _copy(self) -> "MambaCacheModel":
-        other = MambaCacheModel(self.page_size)
+        other = MambaCacheModel(self.page_size, self.victims, self.matching)
         other.pages = {ns: dict(table) for ns, table in self.pages.items()}
         other.states = dict(self.states)
         other.handles = Counter(self.handles)
@@ -395,8 +409,16 @@ class _Eviction:
 
     def _require_lru(self, position: Position, candidates: list[Position]) -> None:
         holds(position in candidates, "INV-35", f"victim {position!r} is not a candidate")
-        oldest = min(self.m.key(pos) for pos in candidates)
-        holds(self.m.key(position) == oldest, "INV-35", f"victim {position!r} is not LRU")
+        ranks = {pos: rank for rank, pos in enumerate(sorted(candidates, key=self.m.key))}
+        # Ties in (tick, depth) share a rank: the LRU order is total up to them
+        bounds = [(self._rank(ranks, pos), self._rank(ranks, pos)) for pos in candidates]
+        victim = (self._rank(ranks, position),) * 2
+        admitted = self.m.victims.admissible(victim, bounds)
+        holds(admitted, "INV-35", f"victim {position!r} is not {self.m.victims.name}")
+
+    def _rank(self, ranks: dict[Position, int], position: Position) -> int:
+        key = self.m.key(position)
+        return min(rank for pos, rank in ranks.items() if self.m.key(pos) == key)
 
     def _delete(self, group: tuple[int, ...]) -> int | None:
         """Apply one deleted node; return the slot it held (to be freed next)."""

@@ -32,6 +32,7 @@ from collections.abc import Mapping, Sequence
 from typing import TypeAlias
 
 from radixkv_spec.invariants import SpecViolation, holds, require
+from radixkv_spec.policies import LRU_LEAVES, VictimOrder
 from radixkv_spec.tokens import (
     MAX_TOKEN_ID,
     Namespace,
@@ -110,15 +111,21 @@ def validate_index(value: object) -> int:
 class PrefixCacheModel:
     """The cached pages of a RadixCache, with lock handles and recency (see module doc)."""
 
-    def __init__(self, page_size: int = 1) -> None:
+    def __init__(self, page_size: int = 1, victims: VictimOrder = LRU_LEAVES) -> None:
         """An empty cache storing pages of ``page_size`` tokens.
+
+        ``victims`` is the engine's victim-order policy (``radixkv_spec.policies``): which
+        leaf an eviction may take. Under a policy whose splits refresh the lower half too,
+        ``latest`` holds the latest tick such a refresh could have given each page.
 
         pre: page_size >= 1
         """
         require(page_size >= 1, f"page_size must be >= 1, got {page_size}")
         self.page_size = page_size
+        self.victims = victims
         self.pages: dict[Namespace, dict[PagePath, tuple[int, ...]]] = {}
         self.recency: dict[Position, int] = {}
+        self.latest: dict[Position, int] = {}
         self.born: dict[Position, int] = {}
         self.handles: Counter[Position] = Counter()
         self.clock = 0
@@ -240,6 +247,8 @@ class PrefixCacheModel:
         prefix_len = cached_len(self.table(ns), key, self.page_size)
         self._require_fresh(values[prefix_len:])
         tick = self._tick()
+        split_below = key[:prefix_len]  # a divergence inside a node splits it here
+        self._touch(ns, split_below, tick)
         for path in page_prefixes(key, self.page_size)[prefix_len // self.page_size :]:
             self._add_page(ns, path, values[len(path) - self.page_size : len(path)], tick)
         self._touch(ns, key, tick)
@@ -313,6 +322,7 @@ class PrefixCacheModel:
         freed = [i for ns, path in self.positions() for i in self.pages[ns][path]]
         self.pages.clear()
         self.recency.clear()
+        self.latest.clear()
         self.born.clear()
         self.handles.clear()
         return freed
@@ -326,6 +336,7 @@ class PrefixCacheModel:
         holds(len(set(indices)) == len(indices), "INV-7", "an index is held twice")
         # INV-8: every cached position has a time and a birth tick, and only those
         holds(set(self.recency) == set(self.positions()), "INV-8", "recency out of sync")
+        holds(set(self.latest) == set(self.recency), "INV-8", "latest ticks out of sync")
         holds(set(self.born) == set(self.positions()), "INV-8", "birth ticks out of sync")
         for (ns, path), count in self.handles.items():
             # INV-5: handles are positive counts at cached positions
@@ -336,7 +347,7 @@ class PrefixCacheModel:
 
     def copy(self) -> "PrefixCacheModel":
         """An independent copy (tokens and indices are immutable, so one level deep)."""
-        twin = PrefixCacheModel(self.page_size)
+        twin = PrefixCacheModel(self.page_size, self.victims)
         twin._become(self)
         return twin
 
@@ -349,16 +360,34 @@ class PrefixCacheModel:
     def _touch(self, ns: Namespace, path: PagePath, tick: int) -> None:
         for q in page_prefixes(path, self.page_size):
             self.recency[(ns, q)] = tick
+            self.latest[(ns, q)] = tick
+        if self.victims.refreshes_split_remainder:
+            for q in self._single_chain_below(ns, path):
+                self.latest[(ns, q)] = tick
+
+    def _single_chain_below(self, ns: Namespace, path: PagePath) -> list[PagePath]:
+        """The pages a split at ``path`` could put in its lower half: the chain below it
+        while each page has exactly one child (a node never spans a branch point)."""
+        chain: list[PagePath] = []
+        below = self.children(ns, path)
+        while len(below) == 1:
+            chain.append(below[0])
+            if len(self.children(ns, below[0])) != 1:
+                break
+            below = self.children(ns, below[0])
+        return chain
 
     def _add_page(self, ns: Namespace, path: PagePath, page: tuple[int, ...], tick: int) -> None:
         self.pages.setdefault(ns, {})[path] = page
         self.born[(ns, path)] = tick
+        self.recency[(ns, path)] = self.latest[(ns, path)] = tick
 
     def _drop_page(self, ns: Namespace, path: PagePath) -> None:
         del self.pages[ns][path]
         if not self.pages[ns]:
             del self.pages[ns]
         del self.recency[(ns, path)]
+        del self.latest[(ns, path)]
         del self.born[(ns, path)]
 
     def _index_owners(self) -> dict[int, tuple[Namespace, PagePath, int]]:
@@ -391,6 +420,7 @@ class PrefixCacheModel:
         self.page_size = other.page_size
         self.pages = {ns: dict(table) for ns, table in other.pages.items()}
         self.recency = dict(other.recency)
+        self.latest = dict(other.latest)
         self.born = dict(other.born)
         self.handles = Counter(other.handles)
         self.clock = other.clock
@@ -433,11 +463,16 @@ class PrefixCacheModel:
         # INV-11: locked pages are never evicted
         locked = any(self.is_locked(ns, path) for _, path in run)
         holds(not locked, "INV-11", f"victim ending at {leaf!r} is locked")
-        # INV-11: the victim is a least recently used evictable leaf (ties allowed)
-        oldest = min(self.recency[pos] for pos in self.evictable_leaves())
-        holds(self.recency[(ns, leaf)] == oldest, "INV-11", f"victim {leaf!r} is not LRU")
+        # INV-11: the victim is one the engine's victim order admits (LRU: the least
+        # recently used evictable leaf, ties allowed)
+        candidates = [self._recency_bounds(pos) for pos in self.evictable_leaves()]
+        admitted = self.victims.admissible(self._recency_bounds((ns, leaf)), candidates)
+        holds(admitted, "INV-11", f"victim {leaf!r} is not {self.victims.name}")
         for _, path in run:
             self._drop_page(ns, path)
+
+    def _recency_bounds(self, position: Position) -> tuple[int, int]:
+        return self.recency[position], self.latest[position]
 
     def _victim_run(self, group: tuple[int, ...]) -> list[Position]:
         """The positions a freed group held, checked to be whole pages along one path."""

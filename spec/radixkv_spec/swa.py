@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import TypeAlias
 
 from radixkv_spec.invariants import holds, require
+from radixkv_spec.policies import LRU_LEAVES, VictimOrder
 from radixkv_spec.tokens import Namespace, Token, aligned, extends
 
 PagePath: TypeAlias = tuple[Token, ...]
@@ -47,9 +48,10 @@ class EvictionOutcome:
 class SlidingWindowModel:
     """Pages, tombstones, lock handles and recency of a RadixCache with a window."""
 
-    def __init__(self, page_size: int, window: int) -> None:
+    def __init__(self, page_size: int, window: int, victims: VictimOrder = LRU_LEAVES) -> None:
         self.page_size = page_size
         self.window = window
+        self.victims = victims
         self.pages: dict[Position, tuple[int, ...]] = {}
         self.tombstones: set[Position] = set()
         self.handles: Counter[Position] = Counter()
@@ -86,6 +88,10 @@ class SlidingWindowModel:
         """Some handle's path runs through ``position``."""
         ns, path = position
         return any(h[0] == ns and extends(h[1], path) for h in self.handles)
+
+    def handle_count(self, ns: Namespace, prefix: Sequence[Token]) -> int:
+        """How many lock handles are outstanding at exactly ``prefix``."""
+        return self.handles[(ns, tuple(prefix))]
 
     def minimum_windows(self) -> set[Position]:
         """Pages every lock must keep SWA KV for: the last W live tokens above each handle."""
@@ -169,15 +175,18 @@ class SlidingWindowModel:
         self._touch(self.path_pages(ns, key[:end]))
         return matched, freed, end
 
-    def lock(self, position: Position) -> None:
-        """Take a handle at ``position`` (the empty path: nothing); tombstones are refused."""
+    def lock(self, ns: Namespace, prefix: Sequence[Token]) -> None:
+        """Take a handle at ``prefix`` (the empty path: nothing); tombstones are refused."""
+        position = (ns, tuple(prefix))
         if not position[1]:
             return
         require(position in self.pages, f"{position!r} is not cached")
         require(position not in self.tombstones, f"{position!r} is a tombstone")
         self.handles[position] += 1
 
-    def unlock(self, position: Position) -> None:
+    def unlock(self, ns: Namespace, prefix: Sequence[Token]) -> None:
+        """Give back one handle held at exactly ``prefix`` (the empty path: nothing)."""
+        position = (ns, tuple(prefix))
         if not position[1]:
             return
         require(self.handles[position] > 0, f"no handle is held at {position!r}")
@@ -250,6 +259,11 @@ class SlidingWindowModel:
             holds(lower in self.children(upper), "INV-11", "a freed run is not one path")
         return run
 
+    def _admissible(self, victim: Position, among: list[Position]) -> bool:
+        """The victim order's verdict (recency is exact here: no widened bounds)."""
+        ticks = [(self.recency[q], self.recency[q]) for q in among]
+        return self.victims.admissible((self.recency[victim],) * 2, ticks)
+
     def _evictable_leaves(self) -> list[Position]:
         return [q for q in self.pages if not self.children(q) and not self.is_locked(q)]
 
@@ -267,8 +281,8 @@ class SlidingWindowModel:
         holds(not self.children(leaf), "INV-11", f"deleted {leaf!r} has children")
         holds(not any(self.is_locked(q) for q in run), "INV-24", "freed a locked page")
         if lru:
-            oldest = min(self.recency[q] for q in among)
-            holds(self.recency[leaf] <= oldest, "INV-11", f"{leaf!r} is not the LRU leaf")
+            admitted = self._admissible(leaf, among)
+            holds(admitted, "INV-11", f"{leaf!r} is not the {self.victims.name} leaf")
         for q in run:
             out.full_evicted += self.page_size
             if q not in self.tombstones:
@@ -286,7 +300,7 @@ class SlidingWindowModel:
         holds(not set(run) & swa_locked, "INV-24", "free_swa of an SWA-locked node")
         holds(not set(run) & self.tombstones, "INV-24", "free_swa of a tombstone")
         holds(bool(self.children(run[-1])), "INV-20", "tombstoned a leaf")
-        oldest = min(self.recency[q] for q in self._swa_candidates(swa_locked))
-        holds(self.recency[run[-1]] <= oldest, "INV-11", "tombstoned a non-LRU node")
+        admitted = self._admissible(run[-1], self._swa_candidates(swa_locked))
+        holds(admitted, "INV-11", f"tombstoned a node that is not {self.victims.name}")
         self.tombstones.update(run)
         out.swa_evicted += len(run) * self.page_size

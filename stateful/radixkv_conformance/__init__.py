@@ -1,47 +1,80 @@
 """The conformance kit: Hypothesis state machines that drive a prefix cache and the spec.
 
-Any implementation runs it through an adapter of plain values (``PrefixCacheAdapter``) and a
-semantic profile (``radixkv_conformance.semantics``) naming what it may do differently::
+Any implementation runs it through an adapter of plain values (``radixkv_conformance.protocol``:
+a core ``PrefixCacheAdapter`` plus the capabilities it declares) and a profile of policies
+(``radixkv_conformance.profile``) naming what it may do differently::
 
     report = run_conformance(my_factory, profile=SGLANG)
     report.raise_for_failures()
 
-``machine_for("MyCacheMachine", factory, semantics).TestCase`` is the same machine as a
-pytest/unittest test case. Failures are shrunk and kept as replayable JSON traces
-(``radixkv_conformance.trace``, FORMAT.md).
+``machine_for("MyCacheMachine", factory, profile).TestCase`` is the same machine as a
+pytest/unittest test case. Every distinct finding is shrunk and kept as a replayable JSON
+trace (``radixkv_conformance.trace``, FORMAT.md). Nothing here imports torch; only the
+adapters of torch-based caches do (``radixkv_conformance.adapters``).
 """
 
-from radixkv_conformance.adapter import PrefixCacheAdapter, RadixCacheAdapter, Sizes
 from radixkv_conformance.conformance import (
     ConformanceError,
     ConformanceReport,
     Failure,
     run_conformance,
 )
-from radixkv_conformance.machines import RadixCacheMachine, machine_for
-from radixkv_conformance.semantics import (
+from radixkv_conformance.findings import Finding
+from radixkv_conformance.machines import ConformanceMachine, machine_for
+from radixkv_conformance.profile import (
     CHUNK_CACHE,
     MAX_RADIX_TRIE,
+    PROFILES,
     RADIXKV,
-    SEMANTICS,
+    RADIXKV_MAMBA,
+    RADIXKV_SWA,
     SGLANG,
-    Semantics,
+    Profile,
+)
+from radixkv_conformance.protocol import (
+    CAPABILITIES,
+    AdapterError,
+    Evicted,
+    Host,
+    Inserted,
+    Matched,
+    PrefixCacheAdapter,
+    Sizes,
+    require_capabilities,
 )
 
 __all__ = [
+    "CAPABILITIES",
     "CHUNK_CACHE",
     "MAX_RADIX_TRIE",
+    "PROFILES",
     "RADIXKV",
-    "SEMANTICS",
+    "RADIXKV_MAMBA",
+    "RADIXKV_SWA",
     "SGLANG",
+    "AdapterError",
     "ConformanceError",
+    "ConformanceMachine",
     "ConformanceReport",
+    "Evicted",
     "Failure",
+    "Finding",
+    "Host",
+    "Inserted",
+    "Matched",
     "PrefixCacheAdapter",
-    "RadixCacheAdapter",
-    "RadixCacheMachine",
-    "Semantics",
+    "Profile",
     "Sizes",
     "machine_for",
+    "require_capabilities",
     "run_conformance",
 ]
+
+
+def __getattr__(name: str) -> object:
+    """``RadixCacheAdapter`` imports torch: loaded only when asked for."""
+    if name == "RadixCacheAdapter":
+        from radixkv_conformance.adapters.radixkv import RadixCacheAdapter
+
+        return RadixCacheAdapter
+    raise AttributeError(f"module 'radixkv_conformance' has no attribute {name!r}")

@@ -1,15 +1,18 @@
 """The ``radixkv`` command line: ``radixkv check`` runs the conformance kit.
 
-    radixkv check                                  # radixkv's RadixCache, ChunkCache, RadixTrie
-    radixkv check MODULE:FACTORY [--profile NAME]  # another implementation, under a profile
-    radixkv check --replay TRACE.json [MODULE:FACTORY]
+    radixkv check                                   # radixkv's own caches, every mode
+    radixkv check MODULE:FACTORY [--profile P]      # another implementation
+    radixkv check MODULE:FACTORY --known ID ...     # acknowledge findings, search on past them
+    radixkv check --replay TRACE.json [MODULE:FACTORY] [--profile P]
     radixkv replay [--cache radixkv|sglang] [--requests N] [--page-size P] [--plot FILE]
 
-``--profile`` names a semantic profile (radixkv, chunk, max, sglang; default: the module's
-``SEMANTICS``, else radixkv). How long to search is the Hypothesis settings profile:
-``--hypothesis-profile ci|dev|thorough`` (default ``HYPOTHESIS_PROFILE``, else ci) or
-``--thorough``; for compatibility ``--profile ci|dev|thorough`` means the same.
-Exit status 0 only when everything held.
+The profile of policies is, in order: ``--profile NAME`` (a built-in one) or ``--profile
+MODULE:ATTR``; else the factory module's ``PROFILES[FACTORY]`` or ``PROFILE`` (``SEMANTICS``
+is read too, its former name); else, for a replay, the profile the trace names; else
+radixkv's. The adapter's capabilities come from the adapter itself. How long to search is
+the Hypothesis settings profile: ``--hypothesis-profile ci|dev|thorough`` (default
+``HYPOTHESIS_PROFILE``, else ci) or ``--thorough``; ``--profile ci|dev|thorough`` means the
+same. Exit status 0 only when everything held.
 """
 
 from __future__ import annotations
@@ -18,60 +21,80 @@ import argparse
 import importlib
 import os
 import sys
-from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 SETTINGS_PROFILES = ("ci", "dev", "thorough")
-OWN = (  # what ``radixkv check`` with no argument checks
-    ("RadixCache", "radixkv_conformance.adapter:RadixCacheAdapter", "radixkv"),
-    ("ChunkCache", "radixkv_conformance.adapters.chunk:factory", "chunk"),
-    ("RadixTrie", "radixkv_conformance.adapters.max_trie:factory", "max"),
+OWN_MODULE = "radixkv_conformance.adapters"
+OWN = (  # what ``radixkv check`` with no argument checks: (label, MODULE:FACTORY)
+    ("RadixCache", f"{OWN_MODULE}.radixkv:radix_cache"),
+    ("RadixCache (SWA)", f"{OWN_MODULE}.radixkv:sliding_window"),
+    ("MambaRadixCache", f"{OWN_MODULE}.radixkv:mamba"),
+    ("ChunkCache", f"{OWN_MODULE}.chunk:factory"),
+    ("RadixTrie", f"{OWN_MODULE}.max_trie:factory"),
 )
+REPLAY_DEFAULT = {  # the radixkv cache a trace of each mode replays against by default
+    "plain": f"{OWN_MODULE}.radixkv:radix_cache",
+    "swa": f"{OWN_MODULE}.radixkv:sliding_window",
+    "mamba": f"{OWN_MODULE}.radixkv:mamba",
+}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.command == "replay":
+        from radixkv.driver import replay
+
+        return replay.command(args)
+    settings_profile = args.hypothesis_profile or ("thorough" if args.thorough else None)
+    profile_name = args.profile
+    if profile_name in SETTINGS_PROFILES:
+        settings_profile, profile_name = profile_name, None
+    if settings_profile is not None:
+        os.environ["HYPOTHESIS_PROFILE"] = settings_profile
+    os.environ.setdefault("HYPOTHESIS_PROFILE", "ci")
+    try:
+        if args.replay is not None:
+            return _replay(args.replay, args.target, profile_name)
+        targets = [(args.target, args.target)] if args.target else list(OWN)
+        return _check(targets, profile_name, args)
+    except LookupError as error:
+        parser.error(str(error))  # exits with status 2
+
+
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="radixkv", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     commands = parser.add_subparsers(dest="command", required=True)
     check = commands.add_parser("check", help="model-check a prefix cache against the spec")
     check.add_argument("target", nargs="?", help="MODULE:FACTORY (default: radixkv's caches)")
-    check.add_argument("--profile", help="semantic profile (or a Hypothesis profile name)")
+    check.add_argument("--profile", help="a built-in profile, MODULE:ATTR, or ci|dev|thorough")
     check.add_argument("--hypothesis-profile", choices=SETTINGS_PROFILES, default=None)
     check.add_argument("--thorough", action="store_true", help="= --hypothesis-profile thorough")
     check.add_argument("--replay", type=Path, help="replay a JSON trace instead of searching")
     check.add_argument(
-        "--traces", type=Path, default=Path("conformance-traces"), help="where failures go"
+        "--known",
+        action="append",
+        default=[],
+        metavar="ID",
+        help="acknowledge a finding (e.g. INV-14:unmatched-unlock): search on past it",
+    )
+    check.add_argument(
+        "--traces", type=Path, default=Path("conformance-traces"), help="where findings go"
     )
     check.add_argument(
         "--max-failures", type=int, default=8, help="distinct findings to collect (default 8)"
     )
-    from radixkv.driver import replay
-
+    try:
+        from radixkv.driver import replay
+    except ImportError:  # radixkv's caches need torch; the kit and `radixkv check` do not
+        return parser
     replay.register_cache("sglang", replay.sglang_factory(_sglang_adapter))
     replay.add_parser(commands)
-    args = parser.parse_args(argv)
-    if args.command == "replay":
-        return replay.command(args)
-    settings_profile = args.hypothesis_profile or ("thorough" if args.thorough else None)
-    semantics_name = args.profile
-    if semantics_name in SETTINGS_PROFILES:
-        settings_profile, semantics_name = semantics_name, None
-    if settings_profile is not None:
-        os.environ["HYPOTHESIS_PROFILE"] = settings_profile
-    os.environ.setdefault("HYPOTHESIS_PROFILE", "ci")
-    from radixkv_conformance.semantics import SEMANTICS
-
-    if semantics_name is not None and semantics_name not in SEMANTICS:
-        parser.error(f"unknown --profile {semantics_name!r}; known: {sorted(SEMANTICS)}")
-    if args.replay is not None:
-        return _replay(args.replay, args.target, semantics_name)
-    targets: list[tuple[str, str, str | None]] = list(OWN)
-    if args.target:
-        targets = [(args.target, args.target, semantics_name)]
-    return _check(targets, args.traces, args.max_failures)
+    return parser
 
 
 def _sglang_adapter() -> Any:
@@ -80,101 +103,93 @@ def _sglang_adapter() -> Any:
 
 
 def _load(target: str) -> tuple[Any, Any]:
-    """The factory named ``MODULE:ATTR`` and its module's ``SEMANTICS`` (or None)."""
+    """The factory named ``MODULE:ATTR`` and the profile its module declares for it."""
     module_name, _, attr = target.partition(":")
     if not attr:
-        raise SystemExit(f"radixkv check: expected MODULE:FACTORY, got {target!r}")
+        raise LookupError(f"expected MODULE:FACTORY, got {target!r}")
     module = importlib.import_module(module_name)
-    return getattr(module, attr), getattr(module, "SEMANTICS", None)
+    if not hasattr(module, attr):
+        raise LookupError(f"{module_name} has no {attr!r}")
+    per_factory = getattr(module, "PROFILES", None)
+    declared = per_factory.get(attr) if isinstance(per_factory, dict) else None
+    if declared is None:
+        declared = getattr(module, "PROFILE", None) or getattr(module, "SEMANTICS", None)
+    return getattr(module, attr), declared
 
 
-def _semantics(name: str | None, declared: Any) -> Any:
-    from radixkv_conformance.semantics import RADIXKV, SEMANTICS
+def _named_profile(name: str) -> Any:
+    """``--profile``: a built-in profile's name, or ``MODULE:ATTR``."""
+    from radixkv_conformance.profile import PROFILES, Profile
+
+    if ":" in name:
+        module_name, _, attr = name.partition(":")
+        profile = getattr(importlib.import_module(module_name), attr, None)
+        if not isinstance(profile, Profile):
+            raise LookupError(f"--profile {name}: not a radixkv_conformance Profile")
+        return profile
+    if name not in PROFILES:
+        raise LookupError(f"unknown --profile {name!r}; known: {sorted(PROFILES)} or MODULE:ATTR")
+    return PROFILES[name]
+
+
+def _profile(name: str | None, declared: Any, fallback: Any = None) -> Any:
+    from radixkv_conformance.profile import RADIXKV
 
     if name is not None:
-        return SEMANTICS[name]
-    return declared if declared is not None else RADIXKV
+        return _named_profile(name)
+    return declared or fallback or RADIXKV
 
 
-def _check(targets: list[tuple[str, str, str | None]], traces: Path, max_failures: int) -> int:
+def _check(targets: list[tuple[str, str]], profile_name: str | None, args: Any) -> int:
     from radixkv_conformance import profiles
     from radixkv_conformance.conformance import run_conformance
+    from radixkv_conformance.progress import Progress
     from radixkv_conformance.trace import write
 
     settings_name = profiles.load_profile()
     print(f"radixkv check: Hypothesis settings profile {settings_name!r}")
     failed: list[str] = []
-    for label, target, semantics_name in targets:
+    for label, target in targets:
         factory, declared = _load(target)
-        semantics = _semantics(semantics_name, declared)
-        report = run_conformance(
-            factory,
-            profile=semantics,
-            name=label,
-            max_failures=max_failures,
-            progress=_progress_line(label),
-        )
-        print(file=sys.stderr)
+        profile = _profile(profile_name, declared)
+        with Progress(label) as progress:
+            report = run_conformance(
+                factory,
+                profile=profile,
+                name=label,
+                max_failures=args.max_failures,
+                known=args.known,
+                progress=progress.update,
+            )
         print("\n" + report.render())
         for i, failure in enumerate(report.failures, 1):
-            path = traces / f"{_slug(label)}-{i}.json"
+            path = args.traces / f"{_slug(label)}-{i}.json"
             write(failure.trace, path)
-            print(f"  trace of failure {i}: {path}  (radixkv check --replay {path} {target})")
+            print(f"  trace of finding {i}: {path}  (radixkv check --replay {path} {target})")
         if not report.passed:
             failed.append(label)
-    if targets == list(OWN):
-        failed += _check_capabilities()
     print("\nall invariants held" if not failed else f"\nFAILED: {', '.join(failed)}")
     return 1 if failed else 0
 
 
-def _check_capabilities() -> list[str]:
-    """radixkv's SWA and Mamba machines; returns the names of those that failed."""
-    from radixkv_conformance.runner import capability_machines, render, run_machine
-
-    failed = []
-    for label, machine, stats in capability_machines():
-        print(f"  {label}: running ...", file=sys.stderr, flush=True)
-        report = run_machine(label, machine, stats)
-        print("\n" + render(report))
-        if not report.passed:
-            failed.append(label)
-    return failed
-
-
-def _progress_line(label: str) -> Any:
-    def show(stats: Counter[str]) -> None:
-        print(
-            f"\r  {label}: runs {stats['runs']:>5}  steps {stats['steps']:>7}"
-            f"  invariant checks {stats['invariant checks']:>7}",
-            end="",
-            file=sys.stderr,
-            flush=True,
-        )
-
-    return show
-
-
-def _replay(path: Path, target: str | None, semantics_name: str | None) -> int:
+def _replay(path: Path, target: str | None, profile_name: str | None) -> int:
+    from radixkv_conformance.profile import PROFILES
     from radixkv_conformance.trace import load, replay
 
     document = load(path)
-    if target is None:
-        target = "radixkv_conformance.adapter:RadixCacheAdapter"
-        semantics_name = semantics_name or "radixkv"
+    target = target or REPLAY_DEFAULT[document.get("mode", "plain")]
     factory, declared = _load(target)
-    semantics = _semantics(semantics_name or document["semantics"], None)
-    if semantics_name is None and declared is not None:
-        semantics = declared
-    result = replay(document, factory, semantics)
+    profile = _profile(profile_name, declared, PROFILES.get(document["semantics"]))
+    result = replay(document, factory, profile)
     recorded = document.get("failure") or {}
     print(f"replayed {result.steps}/{len(document['steps'])} steps of {path} against {target}")
+    print(f"  profile: {profile.name}")
     if recorded:
-        print(f"  recorded failure: {recorded.get('check')}: {recorded.get('message')}")
+        print(f"  recorded finding: {recorded.get('check')}: {recorded.get('message')}")
     if result.passed:
         print("  every check held")
         return 0
-    print(f"  FAILED at {result.check}: {result.message}")
+    print(f"  FAILED [{result.finding}] at {result.check}: {result.message}")
     return 1
 
 
@@ -183,4 +198,4 @@ def _slug(label: str) -> str:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(main(sys.argv[1:]))

@@ -1,43 +1,43 @@
-"""``run_conformance``: the whole suite as one function, for any prefix cache.
+"""``run_conformance``: the whole kit as one function, for any prefix cache.
 
 Like Hypothesis' ``run_conformance_test`` and zarr's testing package, the system under test
-is an argument: a factory ``(page_size, free_sink) -> PrefixCacheAdapter`` and the semantic
-profile it claims. From pytest::
+is an argument: a factory ``(page_size, host) -> adapter`` (``radixkv_conformance.protocol``)
+and the profile of policies it runs under. From pytest::
 
     from radixkv_conformance import run_conformance
-    from radixkv_conformance.semantics import SGLANG
+    from radixkv_conformance.profile import SGLANG
 
     def test_conformance() -> None:
         run_conformance(my_factory, profile=SGLANG).raise_for_failures()
 
-A failure is shrunk by Hypothesis, then its check is switched off and the search goes on, so
-one report lists every distinct finding (up to ``max_failures``), each with its minimal
-trace (``radixkv_conformance.trace``, FORMAT.md).
+The adapter's capabilities are checked up front, then every rule set it declares runs.
+Every distinct finding is reported on its own, with its own shrunk trace: Hypothesis shrinks
+distinct findings separately (each has its own exception type), and after a search the
+findings it reported are acknowledged and the search goes on past them, until no new one
+shows up or ``max_failures`` were collected. Findings in ``known`` are acknowledged from the
+start; the report lists them and how often runs hit them.
 """
 
 from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from hypothesis import Phase
 from hypothesis import settings as Settings
+from hypothesis.errors import Unsatisfiable
 from hypothesis.reporting import with_reporter
 from hypothesis.stateful import run_state_machine_as_test
 
-from radixkv_conformance.adapter import AdapterFactory
-from radixkv_conformance.machines import BAD_CALLS, RadixCacheMachine, machine_for
-from radixkv_conformance.semantics import CAPABILITIES, RADIXKV, Semantics
-from radixkv_conformance.trace import invariant_id, trace_document
+from radixkv_conformance.findings import Finding, flatten, invariant_id
+from radixkv_conformance.machines import ConformanceMachine, machine_for, probe_adapter
+from radixkv_conformance.profile import RADIXKV, Profile, describe
+from radixkv_conformance.protocol import CAPABILITIES, AdapterFactory, require_capabilities
 
-# Rule-level checks a re-run may switch off after they failed once.
-RULE_CHECKS = frozenset(
-    {f"bad: {kind}" for kind in BAD_CALLS}
-    | {"unmatched unlock", "stale unlock", "lock of an evicted node"}
-)
-NOT_STEPS = ("runs", "steps", "invariant checks", "evicted tokens")
+NOT_RULES = ("runs", "steps", "invariant checks", "evicted tokens", "evicted slots")
 
 
 class ConformanceError(AssertionError):
@@ -46,12 +46,12 @@ class ConformanceError(AssertionError):
 
 @dataclass
 class Failure:
-    """One distinct finding: the check that failed, its message and its shrunk trace."""
+    """One distinct finding: its id, the check that failed, its message, its shrunk trace."""
 
+    finding: str
     check: str
     message: str
     trace: dict[str, Any]
-    example: str = ""  # Hypothesis' own rendering of the shrunk example
 
     @property
     def invariant(self) -> str | None:
@@ -59,7 +59,9 @@ class Failure:
 
     def steps_text(self) -> list[str]:
         """The shrunk step sequence, one line per step."""
-        lines = [f"page_size={self.trace['page_size']}"]
+        window = self.trace.get("sliding_window")
+        head = f"page_size={self.trace['page_size']}" + (f" window={window}" if window else "")
+        lines = [head]
         for step in self.trace["steps"]:
             args = {k: v for k, v in step.items() if k not in ("id", "op", "expect", "observed")}
             shown = ", ".join(f"{k}={v!r}" for k, v in args.items())
@@ -70,13 +72,21 @@ class Failure:
 
 @dataclass
 class ConformanceReport:
-    """What one conformance run checked, skipped and found."""
+    """What one conformance run checked, skipped, acknowledged and found."""
 
     name: str
-    semantics: Semantics
+    profile: Profile
+    capabilities: frozenset[str] = frozenset()
+    notes: str = ""
+    known: tuple[str, ...] = ()
     seconds: float = 0.0
     stats: Counter[str] = field(default_factory=Counter)
     failures: list[Failure] = field(default_factory=list)
+
+    @property
+    def semantics(self) -> Profile:
+        """The profile (its name before profiles were policies)."""
+        return self.profile
 
     @property
     def passed(self) -> bool:
@@ -88,29 +98,46 @@ class ConformanceReport:
         return {
             what: n
             for what, n in sorted(self.stats.items())
-            if what not in NOT_STEPS and not what.startswith("skipped: ")
+            if what not in NOT_RULES and not what.startswith(("skipped: ", "acknowledged: "))
         }
 
     @property
     def skips(self) -> dict[str, int]:
-        """Every skipped rule with its reason: missing capabilities, then run-time skips."""
-        out = {self.semantics.skip_reason(c): 0 for c in CAPABILITIES if not self.semantics.has(c)}
+        """Every skipped rule with its reason: undeclared capabilities, then run-time skips."""
+        out = {
+            f"{self.name} declares no {c!r} ({text})": 0
+            for c, text in CAPABILITIES.items()
+            if c not in self.capabilities
+        }
         for what, n in self.stats.items():
             if what.startswith("skipped: "):
                 out[what.removeprefix("skipped: ")] = n
         return out
 
+    @property
+    def acknowledged(self) -> dict[str, int]:
+        """Each finding given as known, and how many runs were discarded for hitting it."""
+        return {fid: self.stats[f"acknowledged: {fid}"] for fid in self.known}
+
     def render(self) -> str:
         s, verdict = self.stats, "ok" if self.passed else "FAILED"
         lines = [
-            f"{self.name} [{self.semantics.name}]: {verdict} in {self.seconds:.1f}s — "
-            f"runs {s['runs']}, steps {s['steps']}, invariant checks {s['invariant checks']}"
+            f"{self.name} [{self.profile.name}]: {verdict} in {self.seconds:.1f}s — "
+            f"runs {s['runs']}, steps {s['steps']}, invariant checks {s['invariant checks']}",
+            f"    capabilities: {', '.join(sorted(self.capabilities)) or 'core only'}",
+            f"    policies: {', '.join(describe(self.profile))}",
         ]
+        if self.profile.notes:
+            lines.append(f"    profile notes: {self.profile.notes}")
+        if self.notes:
+            lines.append(f"    adapter notes: {self.notes}")
         lines += [f"    {what:<48} {n:>7}" for what, n in self.rules.items()]
         for reason, n in self.skips.items():
             lines.append(f"    skipped: {reason}" + (f" ({n}x)" if n else ""))
+        for fid, n in self.acknowledged.items():
+            lines.append(f"    acknowledged (--known): {fid} — {n} runs hit it and were discarded")
         for i, failure in enumerate(self.failures, 1):
-            lines.append(f"  failure {i}: {failure.check}: {failure.message}")
+            lines.append(f"  finding {i} [{failure.finding}]: {failure.check}: {failure.message}")
             lines += [f"      {line}" for line in failure.steps_text()]
         return "\n".join(lines)
 
@@ -122,54 +149,75 @@ class ConformanceReport:
 def run_conformance(
     factory: AdapterFactory,
     *,
-    profile: Semantics = RADIXKV,
+    profile: Profile = RADIXKV,
     settings: Settings | None = None,
     name: str | None = None,
-    max_failures: int = 4,
+    max_failures: int = 8,
+    known: Iterable[str] = (),
     progress: Callable[[Counter[str]], None] | None = None,
 ) -> ConformanceReport:
-    """Model-check the cache ``factory`` builds against the spec, under semantic ``profile``.
+    """Model-check the cache ``factory`` builds against the spec, under ``profile``.
 
     ``settings`` are Hypothesis settings (default: the loaded settings profile, see
-    ``radixkv_conformance.profiles``). Never raises for a finding: call ``raise_for_failures()`` on
-    the report. ``progress`` is called with the running counts at the start of every run.
+    ``radixkv_conformance.profiles``). Never raises for a finding (call
+    ``raise_for_failures()`` on the report); raises ``AdapterError`` before any step when
+    the adapter lacks what it claims. ``known`` finding ids are acknowledged: runs hitting
+    them are discarded and the search goes on. ``progress`` gets the running counts at the
+    start of every run.
     """
     name = name or getattr(factory, "__qualname__", None) or "cache"
-    report = ConformanceReport(name, profile)
-    disabled: set[str] = set()
+    adapter = probe_adapter(factory, profile)
+    capabilities = require_capabilities(adapter)
+    notes = str(getattr(adapter, "notes", "") or "")
+    report = ConformanceReport(name, profile, capabilities, notes, tuple(sorted(known)))
+    acknowledged = set(known)
     started = time.perf_counter()
     while len(report.failures) < max_failures:
-        machine = machine_for(f"{_identifier(name)}Machine", factory, profile, frozenset(disabled))
-        if progress is not None:
-            machine.progress = lambda m=machine: progress(report.stats + m.stats)
-        failure = _run_once(machine, name, settings)
-        report.stats += machine.stats
-        if failure is None:
+        machine = machine_for(
+            f"{_identifier(name)}Machine",
+            factory,
+            profile,
+            capabilities=capabilities,
+            known=frozenset(acknowledged),
+            progress=progress,
+        )
+        findings = _search(machine, settings)
+        report.stats += machine.session.stats
+        new = [f for f in findings if f.finding_id not in acknowledged]
+        if not new:
             break
-        report.failures.append(failure)
-        if failure.check not in RULE_CHECKS or failure.check in disabled:
-            break  # an invariant broke: later runs would keep finding the same state
-        disabled.add(failure.check)
+        for finding in new[: max_failures - len(report.failures)]:
+            report.failures.append(
+                Failure(finding.finding_id, finding.check, finding.message, finding.trace)
+            )
+            acknowledged.add(finding.finding_id)  # search on past it
     report.seconds = time.perf_counter() - started
     return report
 
 
-def _run_once(
-    machine: type[RadixCacheMachine], name: str, settings: Settings | None
-) -> Failure | None:
-    printed: list[object] = []
-    # One failure per run: the next run (with that check off) finds the next one.
-    settings = Settings(settings or Settings.default, report_multiple_bugs=False)
+def _search(machine: type[ConformanceMachine], settings: Settings | None) -> list[Finding]:
+    """One Hypothesis search; every distinct finding it shrank, each with its trace."""
+    base = settings if settings is not None else Settings()  # the loaded settings profile
+    # Hypothesis' explain phase annotates its own printout, which the report replaces with
+    # the traces; it costs more than the shrinking itself.
+    phases = [phase for phase in base.phases if phase is not Phase.explain]
+    settings = Settings(base, report_multiple_bugs=True, phases=phases)
     try:
-        with with_reporter(printed.append):
+        with with_reporter(lambda _: None):  # the report renders the traces instead
             run_state_machine_as_test(machine, settings=settings)
-    except Exception as error:  # the finding goes into the report, with its trace
-        message = str(error) if isinstance(error, AssertionError) else repr(error)
-        message = message.splitlines()[0] if message else type(error).__name__
-        check = machine.last_check
-        trace = trace_document(machine, name, check, message)
-        return Failure(check, message, trace, "\n".join(map(str, printed)))
-    return None
+    except Unsatisfiable:  # every run hit an acknowledged finding: nothing new to find
+        machine.session.stats["searches that found only acknowledged findings"] += 1
+        return []
+    except BaseException as error:  # sorted below: findings, or re-raised
+        leaves = flatten(error)
+        findings = [leaf for leaf in leaves if isinstance(leaf, Finding)]
+        if not findings:
+            raise
+        unique: dict[str, Finding] = {}
+        for finding in findings:
+            unique.setdefault(finding.finding_id, finding)
+        return list(unique.values())
+    return []
 
 
 def _identifier(name: str) -> str:

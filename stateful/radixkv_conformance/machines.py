@@ -1,28 +1,37 @@
-"""The prefix-cache state machine: an implementation and the spec, side by side.
+"""The conformance machine: one core, and a rule set per capability.
 
-Every rule does the same thing to the cache under test (through its adapter) and to the
-spec's model, and compares what they say. After every step the invariants check that the
-two hold the same token -> index map, that the sizes agree, that the implementation's own
-``check()`` passes, and that every KV index has exactly one owner (INV-7): the machine plays
-the serving engine that allocates indices, frees its duplicates after an insert and its
-unaligned tail, and receives whatever the cache frees.
+Every rule does the same thing to the cache under test (through its adapter) and to a spec
+model, and compares what they say. The machine plays the serving engine (``KitHost``): it
+allocates KV indices and state slots, frees what the profile says the caller frees, and
+receives whatever the cache frees; after every step it checks that the cache agrees with
+the model and that every index and slot has exactly one owner.
 
-The machine consults a ``Semantics`` profile wherever engines may legitimately differ (who
-frees duplicates, eviction granularity, lock model, victim order) and skips the rules of
-capabilities an implementation lacks. Each rule is a thin Hypothesis layer over a ``do_*``
-method of plain values, and every ``do_*`` call is logged as one step of a trace: the trace
-of the final (shrunk) failing run is what ``radixkv_conformance.trace`` writes and replays.
+``ConformanceMachine`` is the core: handles, locks, reset, bad calls, the ledger of owners,
+the trace, and findings. The cache's *mode* adds one rule set with its spec model:
+``PlainRules`` (``radixkv_spec.model``), ``SwaRules`` (``radixkv_spec.swa``, capability
+``swa``) and ``MambaRules`` (``radixkv_spec.mamba``, capability ``mamba``). Capabilities
+without a model of their own (namespaces, hashing, reset, bad input, unlock checks, stale
+handles, node events, caller buffers) switch rules on through preconditions. Engine
+differences come from the ``Profile``; nothing here is specific to one engine.
+
+Each rule is a thin Hypothesis layer over a ``do_*`` method of plain values, and every
+``do_*`` call is one step of the trace (FORMAT.md) that ``radixkv_conformance.trace``
+writes and replays. A violation is raised as the ``Finding`` subclass of its id, carrying
+the trace of its run (``radixkv_conformance.findings``).
 """
 
 from __future__ import annotations
 
+import functools
 from collections import Counter
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from hypothesis import note
+from hypothesis import note, reject
 from hypothesis import strategies as st
+from hypothesis.errors import HypothesisException
 from hypothesis.stateful import (
     Bundle,
     RuleBasedStateMachine,
@@ -36,8 +45,19 @@ from radixkv_spec.hashing import page_hashes as spec_page_hashes
 from radixkv_spec.model import PrefixCacheModel, cached_len
 from radixkv_spec.tokens import page_align
 
-from radixkv_conformance.adapter import AdapterFactory, Namespace, PrefixCacheAdapter
-from radixkv_conformance.semantics import RADIXKV, Semantics
+from radixkv_conformance.findings import Finding, describe, finding_id, finding_type
+from radixkv_conformance.profile import RADIXKV, Profile
+from radixkv_conformance.protocol import (
+    AdapterFactory,
+    Evicted,
+    Indices,
+    Namespace,
+    as_evicted,
+    as_inserted,
+    as_matched,
+    require_capabilities,
+    token_places,
+)
 
 Step = dict[str, Any]
 
@@ -45,6 +65,27 @@ NAMESPACE_VALUES: Sequence[Namespace] = (None, "", "a")
 BAD_TOKENS: Sequence[object] = (-1, -(2**40), 2**63, "7", 1.5, None)
 BAD_NAMESPACES: Sequence[object] = (5, b"a", 1.5, ("a",))
 TOKEN_ALPHABET = st.integers(0, 3)  # a small alphabet makes keys share pages
+NAMESPACES = st.sampled_from(NAMESPACE_VALUES)
+BAD_TOKEN = st.sampled_from(BAD_TOKENS)
+BAD_NAMESPACE = st.sampled_from(BAD_NAMESPACES)
+
+
+@functools.cache
+def up_to(n: int, low: int = 0) -> st.SearchStrategy[int]:
+    """``integers(low, n)``, built once: strategies are cheap to draw, not to build."""
+    return st.integers(low, n)
+
+
+@functools.cache
+def tails(max_size: int) -> st.SearchStrategy[list[int]]:
+    return st.lists(TOKEN_ALPHABET, max_size=max_size)
+
+
+@functools.cache
+def one_of(values: tuple[Any, ...]) -> st.SearchStrategy[Any]:
+    return st.sampled_from(values)
+
+
 BAD_CALLS = {  # what the bad_call rule tries -> (the method that builds it, capability)
     "insert with a bad token": ("_bad_token_insert", "bad_input"),
     "match with a bad token": ("_bad_token_match", "bad_input"),
@@ -53,18 +94,82 @@ BAD_CALLS = {  # what the bad_call rule tries -> (the method that builds it, cap
     "insert with a value shorter than the key": ("_short_value", "bad_input"),
     "evict a negative count": ("_negative_evict", "bad_input"),
 }
-CALL_FIELDS = ("tokens", "namespace", "indices", "num_tokens")
-INVARIANTS = ("agrees_with_spec", "implementation_checks_itself", "every_index_has_one_owner")
+CALL_FIELDS = (
+    "tokens",
+    "namespace",
+    "indices",
+    "num_tokens",
+    "prev_prefix_len",
+    "swa_evicted_seqlen",
+    "state_slot",
+    "swa_num_tokens",
+    "mamba_slots",
+)
+MODES = ("plain", "swa", "mamba")
+REFRESHES = 80
+"""How many times ``refresh_often`` matches one key in a row: enough for lazy structures
+that rebuild after many stale entries (radixkv's eviction heap: more than twice the leaves
+plus 64) to rebuild within a short run."""
+
+
+@dataclass
+class Session:
+    """What one conformance session checks, and what its runs counted together.
+
+    A machine class carries one session (``machine_for``); every run of that class is a
+    fresh machine instance with its own state, counting into the session's ``stats``.
+    """
+
+    factory: AdapterFactory
+    profile: Profile = RADIXKV
+    capabilities: frozenset[str] = frozenset()
+    known: frozenset[str] = frozenset()
+    stats: Counter[str] = field(default_factory=Counter)
+    progress: Callable[[Counter[str]], None] | None = None
+    name: str = "cache"
+
+    @property
+    def mode(self) -> str:
+        if "mamba" in self.capabilities:
+            return "mamba"
+        return "swa" if "swa" in self.capabilities else "plain"
+
+
+class KitHost:
+    """The serving engine around the cache, as the adapter's factory sees it."""
+
+    def __init__(self, machine: ConformanceMachine, window: int | None) -> None:
+        self.page_size = machine.page_size
+        self.sliding_window = window
+        self._machine = machine
+
+    def __call__(self, indices: Indices) -> None:
+        self.free(indices)
+
+    def free(self, indices: Indices) -> None:
+        self._machine.cache_freed("free", tuple(int(i) for i in indices))
+
+    def free_swa(self, indices: Indices) -> None:
+        self._machine.cache_freed("free_swa", tuple(int(i) for i in indices))
+
+    def alloc_slot(self) -> int:
+        return self._machine.new_slot()
+
+    def free_slot(self, slot: int) -> None:
+        self._machine.cache_freed("slot", (int(slot),))
+
+    def copy_state(self, src: int, dst: int) -> None:
+        self._machine.state_copied(int(src), int(dst))
 
 
 @dataclass(frozen=True)
 class NodeRef:
-    """A handle the cache returned, the position it ends at, and the epoch it was taken."""
+    """A handle the cache returned, the position it ends at, and when it was taken."""
 
     handle: Any
     namespace: Namespace
     prefix: tuple[int, ...]
-    born: int  # the spec's clock when the handle was taken
+    born: int  # the mode's clock when the handle was taken
     resets: int  # how many resets had happened then
     step: int  # the trace step that returned it
 
@@ -74,142 +179,460 @@ class LockRef:
     node: NodeRef
     token: Any
     step: int
+    refused: bool = False  # the cache (rightly) rejected the lock: nothing to undo
 
 
-class RadixCacheMachine(RuleBasedStateMachine):
-    """Drives ``factory(page_size, free_sink)`` and ``radixkv_spec.model.PrefixCacheModel``.
+class ConformanceMachine(RuleBasedStateMachine):
+    """The core every mode shares (see the module doc). ``session`` is set by
+    ``machine_for``; everything else lives on the instance, one per run."""
 
-    Class attributes (set by ``machine_for``): ``factory``, ``semantics``, ``disabled``
-    (check ids switched off, e.g. after they already failed once), ``stats`` (a Counter
-    filled while running) and ``last_trace`` (the steps of the latest run).
-    """
-
-    factory: ClassVar[AdapterFactory]
-    semantics: ClassVar[Semantics] = RADIXKV
-    disabled: ClassVar[frozenset[str]] = frozenset()
-    stats: ClassVar[Counter[str]] = Counter()
-    last_trace: ClassVar[list[Step]] = []
-    last_page_size: ClassVar[int] = 1
-    last_check: ClassVar[str] = ""
-    progress: ClassVar[Callable[[], None] | None] = None
+    session: ClassVar[Session]
+    mode: ClassVar[str] = "plain"
+    bad_calls: ClassVar[dict[str, tuple[str, str]]] = BAD_CALLS
 
     nodes = Bundle("nodes")
     locks = Bundle("locks")
 
-    # ---- setup and bookkeeping ---------------------------------------------------------
+    # ---- setup ---------------------------------------------------------------------------
 
     @initialize(data=st.data())
     def start(self, data: st.DataObject) -> None:
-        page_size = data.draw(st.sampled_from(self.semantics.page_sizes), label="page_size")
-        note(f"page_size={page_size}")
-        self.setup(page_size)
+        profile = self.session.profile
+        page_size = data.draw(one_of(profile.page_sizes), label="page_size")
+        window = None
+        if self.mode == "swa":
+            window = data.draw(one_of(profile.windows), label="window")
+        note(f"page_size={page_size} window={window}")
+        self.setup(page_size, window)
+        self.choose_run_options(data)
 
-    def setup(self, page_size: int) -> None:
+    def choose_run_options(self, data: st.DataObject) -> None:
+        """Per-run choices a mode draws once (none in the core)."""
+
+    def setup(self, page_size: int, window: int | None = None) -> None:
         """Start from an empty cache and an empty model (also used by trace replay)."""
-        cls = type(self)
-        if cls.progress is not None:
-            cls.progress()
+        if self.session.progress is not None:
+            self.session.progress(self.session.stats)
         self.page_size = page_size
+        self.window = window
+        self.profile = self.session.profile
+        self.caps = self.session.capabilities
         self.trace: list[Step] = []
-        cls.last_trace, cls.last_page_size, cls.last_check = self.trace, page_size, "setup"
-        self.model = PrefixCacheModel(page_size)
-        self.frees: list[tuple[int, ...]] = []
-        self.sut: PrefixCacheAdapter = cls.factory(page_size, self._receive_free)
+        self.check = "setup"
+        self.events: list[tuple[str, tuple[int, ...]]] = []
+        self.copies: list[tuple[int, int]] = []
         self.next_index = 0
+        self.next_slot = 0
         self.freed: set[int] = set()
+        self.swa_freed: set[int] = set()
+        self.freed_slots: set[int] = set()
         self.keys_seen: list[tuple[int, ...]] = [()]
         self.resets = 0
-        self._count("runs")
+        self.unlock_by_token = True
+        self.model: Any = self.new_model()
+        with self.checking("setup"):
+            self.sut: Any = self.session.factory(page_size, KitHost(self, window))
+        self.count("runs")
 
-    def _count(self, what: str) -> None:
-        type(self).stats[what] += 1
+    def new_model(self) -> Any:
+        raise NotImplementedError  # each mode's rule set builds its model
 
-    def _skip(self, reason: str) -> None:
-        type(self).stats[f"skipped: {reason}"] += 1
+    def has(self, capability: str) -> bool:
+        return capability in self.caps
 
-    def _log(self, op: str, check: str, **fields: Any) -> Step:
-        step: Step = {"id": len(self.trace), "op": op, **fields}
-        self.trace.append(step)
-        type(self).last_check = check
-        self._count("steps")
-        return step
+    def count(self, what: str) -> None:
+        self.session.stats[what] += 1
 
-    def _allows(self, capability: str) -> bool:
-        return self.semantics.has(capability)
+    def skip(self, reason: str) -> None:
+        self.session.stats[f"skipped: {reason}"] += 1
 
-    def _enabled(self, check: str) -> bool:
-        return check not in self.disabled
+    # ---- findings ------------------------------------------------------------------------
 
-    def _receive_free(self, indices: tuple[int, ...]) -> None:
-        self.frees.append(indices)
-        self._mark_freed(indices, by="cache")
+    @contextmanager
+    def checking(self, check: str) -> Iterator[None]:
+        """Run one check; a violation becomes the ``Finding`` type of its id."""
+        outer, self.check = self.check, check
+        try:
+            yield
+        except (Finding, HypothesisException):
+            raise
+        except Exception as error:  # a violation, or the cache crashed: both are findings
+            self.found(check, error)
+        finally:
+            self.check = outer
 
-    def _mark_freed(self, indices: Sequence[int], by: str) -> None:
+    def found(self, check: str, error: BaseException) -> None:
+        fid = finding_id(check, error)
+        if fid in self.session.known:
+            self.session.stats[f"acknowledged: {fid}"] += 1
+            reject()  # a known finding: discard this run, search on past it
+        from radixkv_conformance.trace import trace_document
+
+        message = describe(error)
+        document = trace_document(self, check, message, fid)
+        raise finding_type(fid)(message, check, document) from error
+
+    # ---- the ledger: who owns every index and slot ---------------------------------------
+
+    def cache_freed(self, kind: str, payload: tuple[int, ...]) -> None:
+        self.events.append((kind, payload))
+        self.release(kind, payload, by="cache")
+
+    def release(self, kind: str, indices: Sequence[int], by: str) -> None:
+        if kind == "slot":
+            for slot in indices:
+                assert 0 <= slot < self.next_slot, f"INV-33: {by} freed slot {slot}, never given"
+                assert slot not in self.freed_slots, f"INV-33: {by} freed slot {slot} twice"
+                self.freed_slots.add(slot)
+            return
         for i in indices:
             assert 0 <= i < self.next_index, f"INV-7: {by} freed {i}, which was never allocated"
             assert i not in self.freed, f"INV-7: {by} freed index {i} twice"
-            self.freed.add(i)
+            if kind == "free_swa":
+                assert i not in self.swa_freed, f"INV-24: {by} freed the SWA KV of {i} twice"
+            else:
+                self.freed.add(i)
+            self.swa_freed.add(i)
 
-    def _allocate(self, n: int) -> tuple[int, ...]:
+    def allocate(self, n: int) -> tuple[int, ...]:
         out = tuple(range(self.next_index, self.next_index + n))
         self.next_index += n
         return out
 
-    def _draw_tokens(self, data: st.DataObject) -> tuple[int, ...]:
+    def new_slot(self) -> int:
+        self.next_slot += 1
+        return self.next_slot - 1
+
+    def state_copied(self, src: int, dst: int) -> None:
+        self.copies.append((src, dst))
+
+    def frees_since(self, seen: int, kind: str = "free") -> list[int]:
+        return [i for k, group in self.events[seen:] if k == kind for i in group]
+
+    # ---- drawing -------------------------------------------------------------------------
+
+    def draw_tokens(self, data: st.DataObject) -> tuple[int, ...]:
         """A key that often shares a prefix with an earlier one: a cut of it plus a tail."""
-        base = data.draw(st.sampled_from(self.keys_seen), label="base")
-        cut = data.draw(st.integers(0, len(base)), label="cut")
-        tail = data.draw(st.lists(TOKEN_ALPHABET, max_size=3 * self.page_size), label="tail")
+        base = self.keys_seen[data.draw(up_to(len(self.keys_seen) - 1), label="base")]
+        cut = data.draw(up_to(len(base)), label="cut")
+        tail = data.draw(tails(3 * self.page_size), label="tail")
         return base[:cut] + tuple(tail)
 
-    def _draw_namespace(self, data: st.DataObject) -> Namespace:
-        if not self._allows("namespaces"):
+    def draw_inserted_key(self, data: st.DataObject) -> tuple[int, ...]:
+        """A key exactly as inserted before (so a match of it ends at a leaf, often)."""
+        return self.keys_seen[data.draw(up_to(len(self.keys_seen) - 1), label="inserted key")]
+
+    def draw_namespace(self, data: st.DataObject) -> Namespace:
+        if not self.has("namespaces"):
             return None
-        return data.draw(st.sampled_from(NAMESPACE_VALUES), label="namespace")
+        return data.draw(NAMESPACES, label="namespace")
 
-    def _ref(self, handle: Any, namespace: Namespace, prefix: tuple[int, ...]) -> NodeRef:
+    # ---- steps ---------------------------------------------------------------------------
+
+    def log(self, op: str, **fields: Any) -> Step:
+        step: Step = {"id": len(self.trace), "op": op, **fields}
+        self.trace.append(step)
+        self.count("steps")
+        return step
+
+    def ref(self, handle: Any, namespace: Namespace, prefix: tuple[int, ...]) -> NodeRef:
         step = len(self.trace) - 1
-        return NodeRef(handle, namespace, prefix, self.model.clock, self.resets, step)
+        return NodeRef(handle, namespace, prefix, self.birth(), self.resets, step)
 
-    def _is_stale(self, ref: NodeRef) -> bool:
-        """The node was deleted since the handle was taken (its position evicted, or reset).
+    def birth(self) -> int:
+        """The mode's clock, stamped on a handle when it is taken."""
+        return int(self.model.clock)
 
-        A reset replaces the root too, so even a handle to the old root is stale.
-        """
+    def is_stale(self, ref: NodeRef) -> bool:
+        """The node was deleted since the handle was taken (evicted, or reset)."""
         if ref.resets != self.resets:
             return True
-        return bool(ref.prefix) and self.model.handle_is_stale(ref.namespace, ref.prefix, ref.born)
+        return bool(ref.prefix) and self.deleted_since(ref)
 
-    def _expect_rejected(self, call: Callable[[], object], what: str) -> None:
+    def deleted_since(self, ref: NodeRef) -> bool:
+        return bool(self.model.handle_is_stale(ref.namespace, ref.prefix, ref.born))
+
+    def lock_refusal(self, ref: NodeRef) -> str | None:
+        """Why the cache must refuse a lock on this live node (a mode's rule), or None."""
+        return None
+
+    def expect_rejected(self, call: Callable[[], object], what: str) -> None:
         """The call must raise a usage error and change nothing (INV-14)."""
-        before, frees = self.sut.snapshot(), len(self.frees)
+        before, events, slots = self.sut.snapshot(), len(self.events), self.next_slot
         try:
             call()
         except self.sut.usage_errors:
-            self._count(f"rejected {what}")
+            self.count(f"rejected {what}")
         else:
             raise AssertionError(f"INV-14: {what} was accepted")
         assert self.sut.snapshot() == before, f"INV-14: rejected {what} changed the cache"
-        assert len(self.frees) == frees, f"INV-14: rejected {what} freed indices"
+        assert len(self.events) == events, f"INV-14: rejected {what} freed something"
+        assert self.next_slot == slots, f"INV-14: rejected {what} took a slot"
 
-    def _model_state(self) -> dict[str, int]:
-        m = self.model
-        return {
-            "total": m.total_size(),
-            "evictable": m.evictable_size(),
-            "protected": m.protected_size(),
+    def scribble_caller_buffers(self) -> None:
+        """The caller writes into the buffers it just passed (capability ``caller_buffers``).
+
+        Done right after the call, so the step's own checks and the invariants that follow
+        see a cache that kept a view of them disagree with the spec (INV-12).
+        """
+        if self.has("caller_buffers"):
+            self.sut.scribble()
+            self.count("caller buffers overwritten")
+
+    def call_insert(self, step: Step) -> Any:
+        """``sut.insert`` with the mode's keywords, from a step's fields."""
+        tokens, ns, indices = tuple(step["tokens"]), step["namespace"], tuple(step["indices"])
+        return self.sut.insert(tokens, ns, indices)
+
+    def call_evict(self, step: Step) -> Evicted:
+        return as_evicted(self.sut.evict(step["num_tokens"]))
+
+    def do_lock(self, ref: NodeRef) -> LockRef:
+        step = self.log("lock", node=ref.step)
+        with self.checking("lock"):
+            if self.is_stale(ref):
+                step["expect"] = {"rejected": True}
+                return self._refused_lock(ref, step, "lock of an evicted node", "stale_handles")
+            refusal = self.lock_refusal(ref)
+            if refusal is not None:
+                step["expect"] = {"rejected": True}
+                return self._refused_lock(ref, step, refusal, None)
+            token = self.sut.lock(ref.handle)
+            if ref.prefix:
+                self.model.lock(ref.namespace, ref.prefix)
+            self.count("lock")
+            return LockRef(ref, token, step["id"])
+
+    def _refused_lock(self, ref: NodeRef, step: Step, what: str, capability: str | None) -> LockRef:
+        if capability is not None and not self.has(capability):
+            self.skip(f"no {capability!r}: {what}")
+        else:
+            with self.checking(what):
+                self.expect_rejected(lambda: self.sut.lock(ref.handle), what)
+        return LockRef(ref, None, step["id"], refused=True)
+
+    def do_unlock(self, held: LockRef) -> None:
+        ref = held.node
+        if held.refused:
+            return
+        token = held.token if self.unlock_by_token else None
+        step = self.log("unlock", node=ref.step, lock=held.step)
+        if not self.unlock_by_token:
+            step["without_token"] = True
+            self.count("unlock without a token")
+        with self.checking("unlock"):
+            if self.is_stale(ref):
+                step["expect"] = {"rejected": True}
+                if not self.has("stale_handles"):
+                    self.skip("no 'stale_handles': stale unlock")
+                    return
+                with self.checking("stale unlock"):
+                    self.expect_rejected(lambda: self.sut.unlock(ref.handle, token), "stale unlock")
+                return
+            self.sut.unlock(ref.handle, token)
+            if ref.prefix:
+                self.model.unlock(ref.namespace, ref.prefix)
+                if self.profile.recency_on_unlock:
+                    self.refresh_after_unlock(ref)
+            self.count("unlock")
+
+    def refresh_after_unlock(self, ref: NodeRef) -> None:
+        """An engine that refreshes recency on unlock (MAX): the model touches the path."""
+        self.model.match(ref.namespace, ref.prefix)
+
+    def do_unlock_without_lock(self, ref: NodeRef) -> None:
+        """An unlock that no lock matches is rejected, never a silent negative count."""
+        stale = self.is_stale(ref)
+        if not stale and not ref.prefix:
+            return  # not a bad call: a root handle
+        held = not stale and self.model.handle_count(ref.namespace, ref.prefix)
+        if held and self.profile.lock_model == "counts":
+            return  # a counted lock is held here, so this unlock would answer it
+        # Under "sets" (per-sequence locks) an unlock by a sequence that holds nothing is
+        # wrong even where other sequences hold the node.
+        what = "stale unlock" if stale else "unmatched unlock"
+        if stale and not self.has("stale_handles"):
+            self.skip("no 'stale_handles': stale unlock")
+            return
+        step = self.log("unlock", node=ref.step, lock=None)
+        step["expect"] = {"rejected": True}
+        with self.checking(what):
+            self.expect_rejected(lambda: self.sut.unlock(ref.handle, None), what)
+
+    def do_reset(self) -> None:
+        step = self.log("reset")
+        with self.checking("reset"):
+            seen = len(self.events)
+            cached, slots = self.reset_model()
+            step["expect"] = {"freed": sorted(cached)}
+            self.sut.reset()
+            freed, freed_slots = self.frees_since(seen), self.frees_since(seen, "slot")
+            if self.profile.reset_frees:
+                assert sorted(freed) == sorted(cached), "INV-7: reset must free every cached index"
+                assert sorted(freed_slots) == sorted(slots), "INV-33: reset must free every slot"
+            else:
+                assert not freed and not freed_slots, "INV-7: this profile's reset frees nothing"
+                self.release("free", cached, by="caller")
+                self.release("slot", slots, by="caller")
+            self.resets += 1
+            self.count("reset")
+
+    def reset_model(self) -> tuple[list[int], list[int]]:
+        """Reset the model; return (the indices, the slots) the cache held."""
+        return list(self.model.reset()), []
+
+    def do_bad_call(self, kind: str, call: Step) -> None:
+        """A call the cache must reject with a usage error, changing nothing (INV-14)."""
+        fields = {k: v for k, v in call.items() if k in CALL_FIELDS}
+        step = self.log(call["op"], bad=kind, **fields)
+        step["expect"] = {"rejected": True}
+        calls: dict[str, Callable[[], object]] = {
+            "insert": lambda: self.call_insert(call),
+            "match": lambda: self.sut.match(tuple(call["tokens"]), call["namespace"]),
+            "evict": lambda: self.call_evict(call),
         }
+        with self.checking(f"bad: {kind}"):
+            self.expect_rejected(calls[call["op"]], kind)
 
-    # ---- operations on plain values (the trace's steps) --------------------------------
+    # ---- rules every mode shares ---------------------------------------------------------
+
+    @rule(target=locks, ref=nodes)
+    def lock(self, ref: NodeRef) -> LockRef:
+        return self.do_lock(ref)
+
+    @rule(held=consumes(locks))
+    def unlock(self, held: LockRef) -> None:
+        self.do_unlock(held)
+
+    @precondition(lambda self: self.has("unlock_checks"))
+    @rule(ref=nodes)
+    def unlock_without_lock(self, ref: NodeRef) -> None:
+        self.do_unlock_without_lock(ref)
+
+    @precondition(lambda self: self.has("reset"))
+    @rule(roll=st.integers(0, 7))
+    def reset(self, roll: int) -> None:
+        """Drop everything, on one roll in eight (Hypothesis favours 0: not that one)."""
+        if roll == 5:
+            self.do_reset()
+
+    @rule(data=st.data())
+    def refresh_often(self, data: st.DataObject) -> None:
+        """One key matched ``REFRESHES`` times in a row: what a long run does to lazy
+        recency structures (stale entries pile up, then a rebuild), in one step of a short
+        one; the invariants and the next eviction check the rebuilt structure."""
+        tokens, namespace = self.draw_inserted_key(data), self.draw_namespace(data)
+        for _ in range(REFRESHES):
+            self.refresh(tokens, namespace)
+        self.count("refresh_often")
+
+    def refresh(self, tokens: tuple[int, ...], namespace: Namespace) -> None:
+        """One match as a request that then goes away (a mode may have to clean up)."""
+        rules: Any = self  # every mode's rule set has its own do_match
+        rules.do_match(tokens, namespace)
+
+    @rule(data=st.data())
+    def bad_call(self, data: st.DataObject) -> None:
+        kinds = sorted(k for k, (_, cap) in self.bad_calls.items() if self.has(cap))
+        if not kinds:
+            return
+        kind = data.draw(one_of(tuple(kinds)), label="bad call")
+        method = self.bad_calls[kind][0]
+        build: Callable[[st.DataObject, Namespace], Step] = getattr(self, method)
+        self.do_bad_call(kind, build(data, self.draw_namespace(data)))
+
+    # ---- bad input builders: each returns the call as a trace step -----------------------
+
+    def _bad_token_insert(self, data: st.DataObject, ns: Namespace) -> Step:
+        tokens = self.draw_tokens(data)
+        at = data.draw(up_to(len(tokens)), label="at")
+        key = [*tokens[:at], data.draw(BAD_TOKEN, label="bad"), *tokens[at:]]
+        return self.insert_call(key, ns, list(range(len(key))))  # never adopted
+
+    def _bad_token_match(self, data: st.DataObject, ns: Namespace) -> Step:
+        key = [*self.draw_tokens(data), data.draw(BAD_TOKEN, label="bad")]
+        return {"op": "match", "tokens": key, "namespace": ns}
+
+    def _bad_namespace_insert(self, data: st.DataObject, _: Namespace) -> Step:
+        tokens = list(self.draw_tokens(data))
+        bad = data.draw(BAD_NAMESPACE, label="bad")
+        return self.insert_call(tokens, bad, list(range(len(tokens))))
+
+    def _bad_namespace_match(self, data: st.DataObject, _: Namespace) -> Step:
+        tokens = list(self.draw_tokens(data))
+        bad = data.draw(BAD_NAMESPACE, label="bad")
+        return {"op": "match", "tokens": tokens, "namespace": bad}
+
+    def _short_value(self, data: st.DataObject, ns: Namespace) -> Step:
+        tokens = self.draw_tokens(data) + (0,) * self.page_size
+        aligned = page_align(len(tokens), self.page_size)
+        missing = data.draw(up_to(aligned, 1), label="missing")
+        return self.insert_call(list(tokens), ns, list(range(aligned - missing)))
+
+    def _negative_evict(self, data: st.DataObject, _: Namespace) -> Step:
+        return {"op": "evict", "num_tokens": data.draw(up_to(-1, -5), label="num_tokens")}
+
+    def insert_call(self, tokens: list[Any], ns: Any, indices: list[int]) -> Step:
+        """A bad insert as a step; a mode adds its keywords (a slot nobody holds, ...)."""
+        return {"op": "insert", "tokens": tokens, "namespace": ns, "indices": indices}
+
+    # ---- invariants every mode shares ----------------------------------------------------
+
+    invariant_names: ClassVar[tuple[str, ...]] = (
+        "implementation_checks_itself",
+        "node_events_are_exact",
+    )
+
+    def check_invariants_now(self) -> None:
+        """Every invariant of this machine, in order (trace replay calls it after a step)."""
+        for name in self.invariant_names:
+            getattr(self, name)()
+
+    def _started(self) -> bool:
+        return hasattr(self, "sut")
+
+    @precondition(_started)
+    @invariant()
+    def implementation_checks_itself(self) -> None:
+        with self.checking("invariant: the implementation's own check"):
+            self.sut.check()
+
+    @precondition(_started)
+    @invariant()
+    def node_events_are_exact(self) -> None:
+        if not self.has("on_node_evict"):
+            return
+        with self.checking("invariant: on_node_evict"):
+            fired = list(self.sut.evicted_node_ids())
+            assert len(set(fired)) == len(fired), "INV-11: on_node_evict fired twice for a node"
+            live = self.sut.live_node_ids()
+            assert not live & set(fired), "INV-11: on_node_evict fired for a live node"
+
+
+class PlainRules(ConformanceMachine):
+    """A prefix cache without SWA or Mamba, against ``radixkv_spec.model``."""
+
+    mode: ClassVar[str] = "plain"
+    invariant_names = (*ConformanceMachine.invariant_names, "agrees_with_spec")
+
+    def new_model(self) -> PrefixCacheModel:
+        return PrefixCacheModel(self.page_size, self.session.profile.victims)
+
+    # ---- steps ---------------------------------------------------------------------------
 
     def do_match(self, tokens: tuple[int, ...], namespace: Namespace) -> NodeRef:
-        step = self._log("match", "match", tokens=list(tokens), namespace=namespace)
-        indices, handle = self.sut.match(tokens, namespace)
-        expected = self.model.match(namespace, tokens) if self.semantics.stores else ()
-        step["expect"] = {"indices": list(expected)}
-        assert indices == expected, f"INV-10: match gave {indices}, spec says {expected}"
-        self._count("match")
-        return self._ref(handle, namespace, tokens[: len(indices)])
+        step = self.log("match", tokens=list(tokens), namespace=namespace)
+        with self.checking("match"):
+            got = as_matched(self.sut.match(tokens, namespace))
+            self.scribble_caller_buffers()
+            stores = self.profile.stores
+            expected = self.model.match(namespace, tokens) if stores else ()
+            step["expect"] = {"indices": list(expected)}
+            assert tuple(got.indices) == expected, (
+                f"INV-10: match gave {got.indices}, spec says {expected}"
+            )
+            self.count("match")
+            return self.ref(got.handle, namespace, tokens[: len(expected)])
 
     def do_insert(
         self, tokens: tuple[int, ...], namespace: Namespace, indices: tuple[int, ...]
@@ -220,328 +643,210 @@ class RadixCacheMachine(RuleBasedStateMachine):
         ones are its duplicates: freed by the caller, or by the cache when the profile says
         so. Indices past the aligned key are the caller's unaligned tail.
         """
-        step = self._log(
-            "insert", "insert", tokens=list(tokens), namespace=namespace, indices=list(indices)
-        )
-        self.next_index = max(self.next_index, max(indices, default=-1) + 1)
-        aligned = page_align(len(tokens), self.page_size)
-        sem = self.semantics
-        key = tokens[:aligned]
-        held = (
-            self.model.indices_of(
-                namespace, key[: cached_len(self.model.table(namespace), key, self.page_size)]
-            )
-            if sem.stores
-            else ()
-        )
-        before = len(self.frees)
-        prefix_len, handle = self.sut.insert(tokens, namespace, indices)
-        expected = self.model.insert(namespace, tokens, indices) if sem.stores else 0
-        step["expect"] = {"prefix_len": expected}
-        if sem.duplicates != "kept" or prefix_len is not None:
-            assert prefix_len == expected, f"INV-12: prefix_len {prefix_len}, spec says {expected}"
-        kept = expected if sem.stores else 0
-        duplicates = tuple(i for i, h in zip(indices[:kept], held, strict=True) if i != h)
-        by_cache = [i for group in self.frees[before:] for i in group]
-        if sem.duplicates == "cache":
+        step = self.log("insert", tokens=list(tokens), namespace=namespace, indices=list(indices))
+        with self.checking("insert"):
+            self.next_index = max(self.next_index, max(indices, default=-1) + 1)
+            profile, p = self.profile, self.page_size
+            key = tokens[: page_align(len(tokens), p)]
+            held = ()
+            if profile.stores:
+                table = self.model.table(namespace)
+                held = self.model.indices_of(namespace, key[: cached_len(table, key, p)])
+            seen = len(self.events)
+            got = as_inserted(self.sut.insert(tokens, namespace, indices))
+            self.scribble_caller_buffers()
+            expected = self.model.insert(namespace, tokens, indices) if profile.stores else 0
+            step["expect"] = {"prefix_len": expected}
+            if profile.duplicates != "kept" or got.prefix_len is not None:
+                assert got.prefix_len == expected, (
+                    f"INV-12: prefix_len {got.prefix_len}, spec says {expected}"
+                )
+            self.settle_duplicates(indices[:expected], held, seen)
+            adopted_end = len(key) if profile.stores else 0
+            self.release("free", indices[adopted_end:], by="caller")
+            self.keys_seen.append(tokens)
+            self.count("insert")
+            return self.ref(got.handle, namespace, key if profile.stores else ())
+
+    def settle_duplicates(self, given: Indices, held: Indices, seen: int) -> None:
+        """The caller's indices for the cached prefix that differ from the cache's are
+        duplicates: the duplicates policy says who frees them (INV-7)."""
+        duplicates = tuple(i for i, h in zip(given, held, strict=True) if i != h)
+        by_cache = self.frees_since(seen)
+        if self.profile.duplicates == "cache":
             assert sorted(by_cache) == sorted(duplicates), "INV-7: the cache must free duplicates"
         else:
             assert not by_cache, f"INV-7: insert freed {by_cache}; the caller owns duplicates"
-            self._mark_freed(duplicates, by="caller")
-        adopted_end = aligned if sem.stores else 0
-        self._mark_freed(indices[adopted_end:] if sem.stores else indices, by="caller")
-        self.keys_seen.append(tokens)
-        self._count("insert")
-        return self._ref(handle, namespace, tokens[:adopted_end])
-
-    def do_lock(self, ref: NodeRef) -> LockRef:
-        step = self._log("lock", "lock", node=ref.step)
-        if self._is_stale(ref):
-            step["expect"] = {"rejected": True}
-            if not self._allows("stale_handles"):
-                self._skip(self.semantics.skip_reason("stale_handles"))
-                return LockRef(ref, None, step["id"])
-            if not self._enabled("lock of an evicted node"):
-                return LockRef(ref, None, step["id"])
-            type(self).last_check = "lock of an evicted node"
-            self._expect_rejected(lambda: self.sut.lock(ref.handle), "lock of an evicted node")
-            return LockRef(ref, None, step["id"])
-        token = self.sut.lock(ref.handle)
-        if ref.prefix:
-            self.model.lock(ref.namespace, ref.prefix)
-        self._count("lock")
-        return LockRef(ref, token, step["id"])
-
-    def do_unlock(self, held: LockRef) -> None:
-        ref = held.node
-        step = self._log("unlock", "unlock", node=ref.step, lock=held.step)
-        if self._is_stale(ref):
-            step["expect"] = {"rejected": True}
-            if not self._allows("stale_handles"):
-                self._skip(self.semantics.skip_reason("stale_handles"))
-                return
-            if not self._enabled("stale unlock"):
-                return
-            type(self).last_check = "stale unlock"
-            self._expect_rejected(lambda: self.sut.unlock(ref.handle, held.token), "stale unlock")
-            return
-        self.sut.unlock(ref.handle, held.token)
-        if ref.prefix:
-            self.model.unlock(ref.namespace, ref.prefix)
-            if self.semantics.recency_on_unlock:
-                self.model.match(ref.namespace, ref.prefix)  # the model's way to touch a path
-        self._count("unlock")
-
-    def do_unlock_without_lock(self, ref: NodeRef) -> None:
-        """An unlock that no lock matches is rejected, never a silent negative count."""
-        stale = self._is_stale(ref)
-        if not stale and (not ref.prefix or self.model.handle_count(ref.namespace, ref.prefix)):
-            return  # not a bad call here: a root handle, or a lock is held at the node
-        what = "stale unlock" if stale else "unmatched unlock"
-        if stale and not self._allows("stale_handles"):
-            self._skip(self.semantics.skip_reason("stale_handles"))
-            return
-        if not self._enabled(what):
-            return
-        step = self._log("unlock", what, node=ref.step, lock=None)
-        step["expect"] = {"rejected": True}
-        self._expect_rejected(lambda: self.sut.unlock(ref.handle, None), what)
+            self.release("free", duplicates, by="caller")
 
     def do_page_hashes(self, ref: NodeRef) -> None:
         """Page hashes are a pure function of namespace and root path (INV-9, INV-13)."""
-        if self._is_stale(ref) or not ref.prefix:
+        if self.is_stale(ref) or not ref.prefix:
             return
-        step = self._log("page_hashes", "page_hashes", node=ref.step)
-        expected = spec_page_hashes(ref.namespace, ref.prefix, self.page_size)
-        step["expect"] = {"hashes": expected}
-        got = self.sut.page_hashes(ref.handle)
-        assert got == expected, f"INV-9: page hashes of {ref.prefix} differ from the spec"
-        self._count("page_hashes")
+        step = self.log("page_hashes", node=ref.step)
+        with self.checking("page_hashes"):
+            expected = spec_page_hashes(ref.namespace, ref.prefix, self.page_size)
+            step["expect"] = {"hashes": expected}
+            got = self.sut.page_hashes(ref.handle)
+            assert got == expected, f"INV-9: page hashes of {ref.prefix} differ from the spec"
+            self.count("page_hashes")
 
     def do_evict(self, num_tokens: int) -> None:
-        step = self._log("evict", "evict", num_tokens=num_tokens)
-        before = len(self.frees)
-        reported = self.sut.evict(num_tokens)
-        groups = self.frees[before:]
-        step["observed"] = {"freed": [list(g) for g in groups]}
-        self._apply_eviction(num_tokens, groups)
-        freed = sum(len(g) for g in groups)
-        assert reported == freed, f"INV-11: evict reported {reported}, freed {freed}"
-        if self.semantics.eviction == "tail":
-            p = self.page_size
-            most = -(-num_tokens // p) * p
-            assert freed <= most, f"INV-11: tail eviction freed {freed} for a target of {most}"
-        self._count("evict")
-        self.stats["evicted tokens"] += freed
-
-    def _apply_eviction(self, num_tokens: int, groups: list[tuple[int, ...]]) -> None:
-        if self.semantics.victim_order == "lru":
+        step = self.log("evict", num_tokens=num_tokens)
+        with self.checking("evict"):
+            seen = len(self.events)
+            reported = self.call_evict(step).full
+            groups = [g for kind, g in self.events[seen:] if kind == "free"]
+            step["observed"] = {"freed": [list(g) for g in groups]}
             self.model.apply_eviction(num_tokens, groups)
-            return
-        # Any evictable leaf may go: the model checks victims against equal recencies.
-        saved = dict(self.model.recency)
-        self.model.recency = dict.fromkeys(saved, 0)
-        try:
-            self.model.apply_eviction(num_tokens, groups)
-        finally:
-            self.model.recency = {pos: saved[pos] for pos in self.model.recency}
+            freed = sum(len(g) for g in groups)
+            assert reported == freed, f"INV-11: evict reported {reported}, freed {freed}"
+            eviction = self.profile.eviction
+            assert eviction.admissible(freed, num_tokens, self.page_size), (
+                f"INV-11: {eviction.name} eviction freed {freed} for a target of {num_tokens}"
+            )
+            self.count("evict")
+            self.session.stats["evicted tokens"] += freed
 
-    def do_reset(self) -> None:
-        step = self._log("reset", "reset")
-        before = len(self.frees)
-        cached = self.model.reset()
-        step["expect"] = {"freed": sorted(cached)}
-        self.sut.reset()
-        freed = [i for group in self.frees[before:] for i in group]
-        if self.semantics.reset_frees:
-            assert sorted(freed) == sorted(cached), "INV-7: reset must free every cached index"
-        else:
-            assert not freed, "INV-7: this profile's reset frees nothing"
-            self._mark_freed(cached, by="caller")
-        self.resets += 1
-        self._count("reset")
+    # ---- rules ---------------------------------------------------------------------------
 
-    def do_bad_call(self, kind: str, call: Step) -> None:
-        """A call the cache must reject with a usage error, changing nothing (INV-14)."""
-        op = call["op"]
-        step = self._log(
-            op, f"bad: {kind}", bad=kind, **{k: v for k, v in call.items() if k in CALL_FIELDS}
-        )
-        step["expect"] = {"rejected": True}
-        if op == "insert":
-            key, ns, indices = tuple(call["tokens"]), call["namespace"], tuple(call["indices"])
-            self._expect_rejected(lambda: self.sut.insert(key, ns, indices), kind)
-        elif op == "match":
-            key, ns = tuple(call["tokens"]), call["namespace"]
-            self._expect_rejected(lambda: self.sut.match(key, ns), kind)
-        else:
-            self._expect_rejected(lambda: self.sut.evict(call["num_tokens"]), kind)
-
-    # ---- rules: draw plain values, then do ---------------------------------------------
-
-    @rule(target=nodes, data=st.data())
+    @rule(target=ConformanceMachine.nodes, data=st.data())
     def insert(self, data: st.DataObject) -> NodeRef:
         """A caller with fresh indices for the whole key: it frees what the tree had."""
-        namespace = self._draw_namespace(data)
-        tokens = self._draw_tokens(data)
-        return self.do_insert(tokens, namespace, self._allocate(len(tokens)))
+        namespace = self.draw_namespace(data)
+        tokens = self.draw_tokens(data)
+        return self.do_insert(tokens, namespace, self.allocate(len(tokens)))
 
-    @rule(target=nodes, data=st.data())
+    @rule(target=ConformanceMachine.nodes, data=st.data())
     def extend_request(self, data: st.DataObject) -> NodeRef:
         """A caller that matched first: it reuses the tree's indices and adds fresh ones."""
-        namespace = self._draw_namespace(data)
-        tokens = self._draw_tokens(data)
+        namespace = self.draw_namespace(data)
+        tokens = self.draw_tokens(data)
         self.do_match(tokens, namespace)
         matched = tuple(self.trace[-1]["expect"]["indices"])  # do_match checked the cache's
-        fresh = self._allocate(len(tokens) - len(matched))
-        self._count("extend_request")
+        fresh = self.allocate(len(tokens) - len(matched))
+        self.count("extend_request")
         return self.do_insert(tokens, namespace, matched + fresh)
 
-    @precondition(lambda self: self.semantics.match_may_split)
-    @rule(target=nodes, data=st.data())
+    @precondition(lambda self: self.session.profile.match_may_split)
+    @rule(target=ConformanceMachine.nodes, data=st.data())
     def match(self, data: st.DataObject) -> NodeRef:
         """A match whose handle ends exactly at the match: usable for locking."""
-        return self.do_match(self._draw_tokens(data), self._draw_namespace(data))
+        return self.do_match(self.draw_tokens(data), self.draw_namespace(data))
 
-    @precondition(lambda self: not self.semantics.match_may_split)
+    @precondition(lambda self: not self.session.profile.match_may_split)
     @rule(data=st.data())
     def match_only(self, data: st.DataObject) -> None:
         """A match whose handle may end below the match: never locked."""
-        self.do_match(self._draw_tokens(data), self._draw_namespace(data))
+        self.do_match(self.draw_tokens(data), self.draw_namespace(data))
+        self.count("match without a handle")
 
-    @rule(target=locks, ref=nodes)
-    def lock(self, ref: NodeRef) -> LockRef:
-        return self.do_lock(ref)
-
-    @precondition(lambda self: self._allows("hashing"))
-    @rule(ref=nodes)
+    @precondition(lambda self: self.has("hashing"))
+    @rule(ref=ConformanceMachine.nodes)
     def page_hashes(self, ref: NodeRef) -> None:
         self.do_page_hashes(ref)
-
-    @rule(held=consumes(locks))
-    def unlock(self, held: LockRef) -> None:
-        self.do_unlock(held)
-
-    @precondition(lambda self: self._allows("unlock_checks"))
-    @rule(ref=nodes)
-    def unlock_without_lock(self, ref: NodeRef) -> None:
-        self.do_unlock_without_lock(ref)
 
     @rule(num_tokens=st.integers(0, 40))
     def evict(self, num_tokens: int) -> None:
         self.do_evict(num_tokens)
 
-    @precondition(lambda self: self._allows("reset"))
-    @rule(roll=st.integers(0, 7))
-    def reset(self, roll: int) -> None:
-        """Drop everything; rarer than the other rules so that trees grow."""
-        if not roll:
-            self.do_reset()
+    # ---- invariants ----------------------------------------------------------------------
 
-    @precondition(lambda self: self._allows("bad_input"))
-    @rule(data=st.data(), kind=st.sampled_from(sorted(BAD_CALLS)))
-    def bad_call(self, data: st.DataObject, kind: str) -> None:
-        method, capability = BAD_CALLS[kind]
-        if not self._allows(capability):
-            self._skip(self.semantics.skip_reason(capability))
-            return
-        if not self._enabled(f"bad: {kind}"):
-            return
-        build: Callable[[st.DataObject, Namespace], Step] = getattr(self, method)
-        self.do_bad_call(kind, build(data, self._draw_namespace(data)))
-
-    # ---- bad input builders: each returns the call as a trace step ----------------------
-
-    def _bad_token_insert(self, data: st.DataObject, ns: Namespace) -> Step:
-        tokens = self._draw_tokens(data)
-        at = data.draw(st.integers(0, len(tokens)), label="at")
-        key = [*tokens[:at], data.draw(st.sampled_from(BAD_TOKENS), label="bad"), *tokens[at:]]
-        indices = list(range(len(key)))  # never adopted: the call must be rejected
-        return {"op": "insert", "tokens": key, "namespace": ns, "indices": indices}
-
-    def _bad_token_match(self, data: st.DataObject, ns: Namespace) -> Step:
-        key = [*self._draw_tokens(data), data.draw(st.sampled_from(BAD_TOKENS), label="bad")]
-        return {"op": "match", "tokens": key, "namespace": ns}
-
-    def _bad_namespace_insert(self, data: st.DataObject, _: Namespace) -> Step:
-        tokens = list(self._draw_tokens(data))
-        bad = data.draw(st.sampled_from(BAD_NAMESPACES), label="bad")
-        return {
-            "op": "insert",
-            "tokens": tokens,
-            "namespace": bad,
-            "indices": list(range(len(tokens))),
-        }
-
-    def _bad_namespace_match(self, data: st.DataObject, _: Namespace) -> Step:
-        tokens = list(self._draw_tokens(data))
-        bad = data.draw(st.sampled_from(BAD_NAMESPACES), label="bad")
-        return {"op": "match", "tokens": tokens, "namespace": bad}
-
-    def _short_value(self, data: st.DataObject, ns: Namespace) -> Step:
-        tokens = self._draw_tokens(data) + (0,) * self.page_size
-        aligned = page_align(len(tokens), self.page_size)
-        missing = data.draw(st.integers(1, aligned), label="missing")
-        indices = list(range(aligned - missing))
-        return {"op": "insert", "tokens": list(tokens), "namespace": ns, "indices": indices}
-
-    def _negative_evict(self, data: st.DataObject, _: Namespace) -> Step:
-        return {"op": "evict", "num_tokens": data.draw(st.integers(-5, -1), label="num_tokens")}
-
-    # ---- invariants --------------------------------------------------------------------
-
-    def _started(self) -> bool:
-        return hasattr(self, "sut")
-
-    @precondition(_started)
+    @precondition(ConformanceMachine._started)
     @invariant()
     def agrees_with_spec(self) -> None:
-        type(self).last_check = "invariant: agrees with the spec"
-        contents = self.sut.contents()
-        expected = {
-            (ns, path, offset): index
-            for ns, path in self.model.positions()
-            for offset, index in enumerate(self.model.pages[ns][path])
-        }
-        assert contents == expected, "INV-10: the cached token -> index map differs from the spec"
-        sizes = self.sut.sizes()
-        assert sizes.total == self.model.total_size(), "INV-6: total_size differs from the spec"
-        assert sizes.evictable == self.model.evictable_size(), "INV-6: evictable_size differs"
-        assert sizes.protected == self.model.protected_size(), "INV-6: protected_size differs"
-        assert sizes.evictable + sizes.protected == sizes.total, "INV-6: sizes do not add up"
-        self._count("invariant checks")
+        """The cache holds the spec's token -> index map and sizes, and every index has one
+        owner (one walk of the cache per step serves both)."""
+        with self.checking("invariant: agrees with the spec"):
+            contents = token_places(self.sut.contents())
+            expected = {
+                (ns, path, offset): index
+                for ns, path in self.model.positions()
+                for offset, index in enumerate(self.model.pages[ns][path])
+            }
+            assert contents == expected, (
+                "INV-10: the cached token -> index map differs from the spec"
+            )
+            sizes, m = self.sut.sizes(), self.model
+            assert sizes.total == m.total_size(), "INV-6: total_size differs from the spec"
+            assert sizes.evictable == m.evictable_size(), "INV-6: evictable_size differs"
+            assert sizes.protected == m.protected_size(), "INV-6: protected_size differs"
+            assert sizes.evictable + sizes.protected == sizes.total, "INV-6: sizes do not add up"
+            self.count("invariant checks")
+        with self.checking("invariant: every index has one owner"):
+            held = list(contents.values())
+            assert len(held) == len(set(held)), "INV-7: an index is cached at two positions"
+            assert not set(held) & self.freed, "INV-7: a cached index was freed"
+            missing = set(range(self.next_index)) - set(held) - self.freed
+            assert not missing, f"INV-7: indices leaked (neither cached nor freed): {missing}"
 
-    @precondition(_started)
-    @invariant()
-    def implementation_checks_itself(self) -> None:
-        type(self).last_check = "invariant: the implementation's own check"
-        self.sut.check()
 
-    @precondition(_started)
-    @invariant()
-    def every_index_has_one_owner(self) -> None:
-        type(self).last_check = "invariant: every index has one owner"
-        held = list(self.sut.contents().values())
-        assert len(held) == len(set(held)), "INV-7: an index is cached at two positions"
-        assert not set(held) & self.freed, "INV-7: a cached index was freed"
-        missing = set(range(self.next_index)) - set(held) - self.freed
-        assert not missing, f"INV-7: indices leaked (neither cached nor freed): {sorted(missing)}"
+def rule_set(capabilities: frozenset[str]) -> type[ConformanceMachine]:
+    """The rule set of an adapter's mode: SWA, Mamba, or plain."""
+    if "mamba" in capabilities:
+        from radixkv_conformance.mamba_rules import MambaRules
+
+        return MambaRules
+    if "swa" in capabilities:
+        from radixkv_conformance.swa_rules import SwaRules
+
+        return SwaRules
+    return PlainRules
+
+
+def probe_adapter(factory: AdapterFactory, profile: Profile) -> Any:
+    """One adapter built before any run, to read what it claims (``capabilities``, ``notes``)."""
+    probe = _ProbeHost(profile.page_sizes[0], profile.windows[0])
+    return factory(probe.page_size, probe)
+
+
+def probe_capabilities(factory: AdapterFactory, profile: Profile) -> frozenset[str]:
+    """Check what the factory's adapters claim, before any run (``AdapterError``)."""
+    return require_capabilities(probe_adapter(factory, profile))
+
+
+class _ProbeHost:
+    """A host for the up-front capability check; nothing is called on it in practice."""
+
+    def __init__(self, page_size: int, window: int) -> None:
+        self.page_size = page_size
+        self.sliding_window: int | None = window
+        self.slots = 0
+
+    def __call__(self, indices: Indices) -> None:
+        self.free(indices)
+
+    def free(self, indices: Indices) -> None:
+        """Nothing is cached yet, so nothing is freed."""
+
+    def free_swa(self, indices: Indices) -> None:
+        """As ``free``."""
+
+    def alloc_slot(self) -> int:
+        self.slots += 1
+        return self.slots - 1
+
+    def free_slot(self, slot: int) -> None:
+        """As ``free``."""
+
+    def copy_state(self, src: int, dst: int) -> None:
+        """As ``free``."""
 
 
 def machine_for(
     name: str,
     factory: AdapterFactory,
-    semantics: Semantics = RADIXKV,
-    disabled: frozenset[str] = frozenset(),
-    **overrides: Any,
-) -> type[RadixCacheMachine]:
-    """A machine class for one implementation; distinct names keep example databases apart."""
-    attrs: dict[str, Any] = {
-        "factory": staticmethod(factory),
-        "semantics": semantics,
-        "disabled": disabled,
-        "stats": Counter(),
-        "last_trace": [],
-        **overrides,
-    }
-    return type(name, (RadixCacheMachine,), attrs)
+    profile: Profile = RADIXKV,
+    *,
+    capabilities: frozenset[str] | None = None,
+    known: frozenset[str] = frozenset(),
+    progress: Callable[[Counter[str]], None] | None = None,
+) -> type[ConformanceMachine]:
+    """A machine class for one implementation: the rule set of every capability it declares.
+
+    ``capabilities`` defaults to what an adapter the factory builds claims (checked up
+    front). Distinct names keep Hypothesis' example databases apart.
+    """
+    claims = probe_capabilities(factory, profile) if capabilities is None else capabilities
+    session = Session(factory, profile, claims, known, progress=progress, name=name)
+    return type(name, (rule_set(claims),), {"session": session})

@@ -8,22 +8,16 @@ exactly as the search did, and says whether the implementation held.
 from __future__ import annotations
 
 import json
-import re
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from radixkv_conformance.adapter import AdapterFactory
-from radixkv_conformance.machines import (
-    INVARIANTS,
-    LockRef,
-    NodeRef,
-    RadixCacheMachine,
-    Step,
-    machine_for,
-)
-from radixkv_conformance.semantics import SEMANTICS, Semantics
+from radixkv_conformance.findings import Finding, invariant_id
+from radixkv_conformance.profile import PROFILES, Profile
+from radixkv_conformance.protocol import AdapterFactory
+
+if TYPE_CHECKING:
+    from radixkv_conformance.machines import ConformanceMachine, LockRef, NodeRef
 
 FORMAT = "radixkv-trace/1"
 
@@ -53,29 +47,29 @@ def decode(value: Any) -> Any:
     return value
 
 
-def invariant_id(message: str) -> str | None:
-    found = re.search(r"\bINV-\d+\b", message)
-    return found.group(0) if found else None
-
-
 def trace_document(
-    machine: type[RadixCacheMachine], implementation: str, check: str, message: str
+    machine: ConformanceMachine, check: str, message: str, finding: str
 ) -> dict[str, Any]:
-    """The last run of ``machine`` as a trace document (see FORMAT.md)."""
-    steps = machine.last_trace
-    return {
+    """The steps ``machine`` ran so far, as a trace document (see FORMAT.md)."""
+    steps = machine.trace
+    document: dict[str, Any] = {
         "format": FORMAT,
-        "implementation": implementation,
-        "semantics": machine.semantics.name,
-        "page_size": machine.last_page_size,
-        "failure": {
-            "check": check,
-            "invariant": invariant_id(message),
-            "message": message,
-            "step": steps[-1]["id"] if steps else None,
-        },
-        "steps": [encode(step) for step in steps],
+        "implementation": machine.session.name,
+        "semantics": machine.session.profile.name,
+        "mode": machine.mode,
+        "page_size": machine.page_size,
     }
+    if machine.window is not None:
+        document["sliding_window"] = machine.window
+    document["failure"] = {
+        "check": check,
+        "invariant": invariant_id(message),
+        "finding": finding,
+        "message": message,
+        "step": steps[-1]["id"] if steps else None,
+    }
+    document["steps"] = [encode(step) for step in steps]
+    return document
 
 
 def dumps(document: dict[str, Any]) -> str:
@@ -104,63 +98,100 @@ class ReplayResult:
     steps: int
     check: str = ""
     message: str = ""
+    finding: str = ""
 
     @property
     def invariant(self) -> str | None:
         return invariant_id(self.message)
 
 
+def profile_of(document: dict[str, Any]) -> Profile:
+    """The built-in profile a trace names (a profile of another module must be passed)."""
+    name = document["semantics"]
+    if name not in PROFILES:
+        raise ValueError(
+            f"the trace names profile {name!r}, which is not built in ({sorted(PROFILES)}): "
+            "pass the profile (radixkv check --replay TRACE MODULE:FACTORY reads the "
+            "module's PROFILE)"
+        )
+    return PROFILES[name]
+
+
 def replay(
-    document: dict[str, Any], factory: AdapterFactory, semantics: Semantics | None = None
+    document: dict[str, Any], factory: AdapterFactory, profile: Profile | None = None
 ) -> ReplayResult:
     """Run the trace's steps against ``factory``; ``passed`` is False if any check failed.
 
-    ``semantics`` defaults to the profile the trace names.
+    ``profile`` defaults to the built-in profile the trace names.
     """
-    semantics = semantics or SEMANTICS[document["semantics"]]
-    machine_cls = machine_for("ReplayMachine", factory, semantics)
+    from radixkv_conformance.machines import machine_for
+
+    machine_cls = machine_for("ReplayMachine", factory, profile or profile_of(document))
     machine = machine_cls()
     nodes: dict[int, NodeRef] = {}
     locks: dict[int, LockRef] = {}
     done = 0
     try:
-        machine.setup(document["page_size"])
+        machine.setup(document["page_size"], document.get("sliding_window"))
         for raw in document["steps"]:
-            step = decode(raw)
-            _run_step(machine, step, nodes, locks)
+            _run_step(machine, decode(raw), nodes, locks)
             done += 1
-            for name in INVARIANTS:
-                getattr(machine, name)()
-    except Exception as error:  # a failed check: the replay reports it
-        message = f"{type(error).__name__}: {error}"
-        return ReplayResult(False, done, machine_cls.last_check, message)
+            machine.check_invariants_now()
+    except Finding as finding:  # a failed check: the replay reports it
+        return ReplayResult(False, done, finding.check, finding.message, finding.finding_id)
     return ReplayResult(True, done)
 
 
 def _run_step(
-    m: RadixCacheMachine, step: Step, nodes: dict[int, NodeRef], locks: dict[int, LockRef]
+    m: ConformanceMachine,
+    step: dict[str, Any],
+    nodes: dict[int, NodeRef],
+    locks: dict[int, LockRef],
 ) -> None:
     op, sid = step["op"], step["id"]
+    rules: Any = m  # each mode's rule set has its own do_match / do_insert / do_evict
     if "bad" in step:
         m.do_bad_call(step["bad"], step)
         return
-    handlers: dict[str, Callable[[], object]] = {
-        "match": lambda: nodes.__setitem__(
-            sid, m.do_match(tuple(step["tokens"]), step["namespace"])
-        ),
-        "insert": lambda: nodes.__setitem__(
-            sid, m.do_insert(tuple(step["tokens"]), step["namespace"], tuple(step["indices"]))
-        ),
-        "lock": lambda: locks.__setitem__(sid, m.do_lock(nodes[step["node"]])),
-        "unlock": lambda: (
-            m.do_unlock_without_lock(nodes[step["node"]])
-            if step["lock"] is None
-            else m.do_unlock(locks[step["lock"]])
-        ),
-        "page_hashes": lambda: m.do_page_hashes(nodes[step["node"]]),
-        "evict": lambda: m.do_evict(step["num_tokens"]),
-        "reset": m.do_reset,
-    }
-    if op not in handlers:
+    keywords = {k: step[k] for k in _MODE_FIELDS.get((m.mode, op), ()) if k in step}
+    if op == "match":
+        found = rules.do_match(tuple(step["tokens"]), step["namespace"])
+        nodes[sid] = found[1] if isinstance(found, tuple) else found
+    elif op == "insert":
+        tokens, ns, indices = tuple(step["tokens"]), step["namespace"], tuple(step["indices"])
+        nodes[sid] = rules.do_insert(tokens, ns, indices, **keywords)
+    elif op == "lock":
+        locks[sid] = m.do_lock(nodes[step["node"]])
+    elif op == "unlock":
+        _unlock(m, step, nodes, locks)
+    elif op == "page_hashes":
+        rules.do_page_hashes(nodes[step["node"]])
+    elif op == "evict":
+        rules.do_evict(step["num_tokens"], **keywords)
+    elif op == "reset":
+        m.do_reset()
+    elif op == "free_slot":
+        rules.do_free_slot(step["slot"])
+    else:
         raise ValueError(f"unknown trace op {op!r}")
-    handlers[op]()
+
+
+_MODE_FIELDS = {
+    ("swa", "insert"): ("prev_prefix_len", "swa_evicted_seqlen"),
+    ("swa", "evict"): ("swa_num_tokens",),
+    ("mamba", "insert"): ("state_slot",),
+    ("mamba", "evict"): ("mamba_slots",),
+}
+
+
+def _unlock(
+    m: ConformanceMachine,
+    step: dict[str, Any],
+    nodes: dict[int, NodeRef],
+    locks: dict[int, LockRef],
+) -> None:
+    if step["lock"] is None:
+        m.do_unlock_without_lock(nodes[step["node"]])
+        return
+    m.unlock_by_token = not step.get("without_token", False)
+    m.do_unlock(locks[step["lock"]])

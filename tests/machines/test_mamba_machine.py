@@ -1,7 +1,7 @@
-"""The Mamba machine: radixkv's MambaRadixCache against spec.mamba, page sizes 1, 2, 4."""
+"""radixkv's MambaRadixCache through the kit: pages 1, 2, 4."""
 
-from __future__ import annotations
+from radixkv_conformance.adapters.radixkv import mamba
+from radixkv_conformance.machines import machine_for
+from radixkv_conformance.profile import RADIXKV_MAMBA
 
-from radixkv_conformance.mamba_machine import RadixKVMambaAdapter, mamba_machine_for
-
-TestMambaRadixCache = mamba_machine_for("MambaRadixCacheMachine", RadixKVMambaAdapter).TestCase
+TestMambaRadixCache = machine_for("MambaRadixCacheMachine", mamba, RADIXKV_MAMBA).TestCase

@@ -1,5 +1,7 @@
-"""The SWA machine: RadixCache(sliding_window_size=W), W in {1, 2, 4, 8}, pages 1 and 4."""
+"""radixkv's RadixCache with a sliding window through the kit: W in {1, 2, 4, 8}, pages 1, 4."""
 
-from radixkv_conformance.swa_machine import swa_machine
+from radixkv_conformance.adapters.radixkv import sliding_window
+from radixkv_conformance.machines import machine_for
+from radixkv_conformance.profile import RADIXKV_SWA
 
-TestSlidingWindow = swa_machine().TestCase
+TestSlidingWindow = machine_for("SlidingWindowMachine", sliding_window, RADIXKV_SWA).TestCase

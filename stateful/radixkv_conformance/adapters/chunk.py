@@ -8,14 +8,16 @@ from typing import Any
 import torch
 
 import radixkv
-from radixkv_conformance.adapter import FreeSink, Sizes, Slot
-from radixkv_conformance.semantics import CHUNK_CACHE
+from radixkv_conformance.profile import CHUNK_CACHE
+from radixkv_conformance.protocol import FreeSink, Sizes
+from radixkv_conformance.protocol import TokenPlace as Slot
 
-SEMANTICS = CHUNK_CACHE
+PROFILE = CHUNK_CACHE
 
 
 class ChunkCacheAdapter:
     usage_errors: tuple[type[BaseException], ...] = (radixkv.UsageError,)
+    capabilities = frozenset({"namespaces", "reset", "bad_input"})
 
     def __init__(self, page_size: int, sink: FreeSink) -> None:
         assert page_size == 1, "ChunkCache has no page size"
@@ -51,9 +53,6 @@ class ChunkCacheAdapter:
 
     def contents(self) -> dict[Slot, int]:
         return {}
-
-    def page_hashes(self, handle: Any) -> list[str]:
-        raise NotImplementedError("ChunkCache has no page hashes")
 
     def check(self) -> None:
         assert not hasattr(self.cache, "page_size"), "ChunkCache must not have a page_size"

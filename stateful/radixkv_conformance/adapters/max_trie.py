@@ -15,14 +15,17 @@ from typing import Any
 import radixkv
 from radixkv.keys import validate_tokens
 from radixkv.radix_trie import TrieNode
-from radixkv_conformance.adapter import FreeSink, Sizes, Slot
-from radixkv_conformance.semantics import MAX_RADIX_TRIE
+from radixkv_conformance.profile import MAX_RADIX_TRIE
+from radixkv_conformance.protocol import FreeSink, Sizes
+from radixkv_conformance.protocol import TokenPlace as Slot
 
-SEMANTICS = MAX_RADIX_TRIE
+PROFILE = MAX_RADIX_TRIE
 
 
 class RadixTrieAdapter:
     usage_errors: tuple[type[BaseException], ...] = (radixkv.UsageError,)
+    capabilities = frozenset({"bad_input", "unlock_checks"})
+    notes = "the adapter aligns keys itself, as MAX callers do (it validates the dropped tail)"
 
     def __init__(self, page_size: int, sink: FreeSink) -> None:
         self.page_size = page_size
@@ -64,9 +67,6 @@ class RadixTrieAdapter:
             self.sink(tuple(block))
         return len(evicted) * p
 
-    def reset(self) -> None:
-        raise NotImplementedError("RadixTrie has no reset")
-
     def sizes(self) -> Sizes:
         p = self.page_size
         total = len(self.trie.get_all_blocks()) * p
@@ -88,9 +88,6 @@ class RadixTrieAdapter:
                         out[(None, child_path[:end], offset)] = index
                 stack.append((child, child_path))
         return out
-
-    def page_hashes(self, handle: Any) -> list[str]:
-        raise NotImplementedError("RadixTrie has no page hashes")
 
     def check(self) -> None:
         all_blocks, evictable = self.trie.get_all_blocks(), self.trie.get_evictable_blocks()

@@ -23,10 +23,11 @@ from typing import Any
 
 import torch
 
-from radixkv_conformance.adapter import FreeSink, Sizes, Slot
-from radixkv_conformance.semantics import SGLANG
+from radixkv_conformance.profile import SGLANG
+from radixkv_conformance.protocol import FreeSink, Sizes
+from radixkv_conformance.protocol import TokenPlace as Slot
 
-SEMANTICS = SGLANG
+PROFILE = SGLANG
 
 # Packages whose __init__ would import the serving stack: loaded as bare shells.
 _SHELLS = (
@@ -97,6 +98,7 @@ class _SinkAllocator:
 class SglangRadixCacheAdapter:
     """Token tuples become ``array('q')`` keys, indices int64 tensors, as sglang's callers do."""
 
+    capabilities = frozenset({"namespaces", "reset", "bad_input", "unlock_checks"})
     usage_errors: tuple[type[BaseException], ...] = (
         ValueError,
         TypeError,
@@ -155,9 +157,6 @@ class SglangRadixCacheAdapter:
                     out[(child.key.extra_key, child_path[: at // p * p + p], at % p)] = index
                 stack.append((child, child_path))
         return out
-
-    def page_hashes(self, handle: Any) -> list[str]:
-        raise NotImplementedError("sglang's page hashes use its own encoding")
 
     def check(self) -> None:
         """sglang has no cheap self-check on this class."""

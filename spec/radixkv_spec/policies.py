@@ -1,0 +1,135 @@
+"""Engine differences the spec allows, as small policy objects the spec models read.
+
+Engines agree on what a prefix cache *means* (the page map of ``radixkv_spec.model``) and
+differ in details that are choices, not bugs: which leaf an eviction may take, whether an
+eviction deletes whole leaves or trims pages, how a Mamba match is cut. Each policy here is
+one such choice with one decision (``admissible`` or the like); a model takes the policy and
+asks it, so no choice is emulated by changing the model's own state.
+
+The string-valued choices (who frees duplicates, whether reset frees, lock model, SWA lock
+tokens) are decided by the harness, not by a model; they are listed with the profile that
+groups every policy (``radixkv_conformance.profile.Profile``).
+"""
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+Recency = tuple[int, int]
+"""A page's recency as (earliest, latest) tick it may carry: equal under a policy whose
+refreshes are all known; wider when a policy allows refreshes the model cannot pin down."""
+
+
+@dataclass(frozen=True)
+class LruLeaves:
+    """A victim is a least recently used evictable leaf; ties in any order (radixkv)."""
+
+    name: str = "lru"
+    refreshes_split_remainder: bool = False
+
+    def admissible(self, victim: Recency, candidates: Sequence[Recency]) -> bool:
+        """Whether a leaf of recency ``victim`` may go first among ``candidates`` (itself
+        included).
+
+        pre: victim in candidates
+        """
+        return victim[0] <= min(c[0] for c in candidates)
+
+
+@dataclass(frozen=True)
+class LruSplitRefreshesBoth:
+    """LRU, where a match or insert that splits a node also refreshes the lower half.
+
+    sglang's Python and Rust trees stamp both halves of a split. The model does not know
+    where nodes end, so it widens the recency of the pages a split could have refreshed
+    (the single-child chain below the touched path) to (old tick, new tick), and admits a
+    victim that is least recent under *some* choice of ticks within those bounds.
+    """
+
+    name: str = "lru-split-refreshes-both"
+    refreshes_split_remainder: bool = True
+
+    def admissible(self, victim: Recency, candidates: Sequence[Recency]) -> bool:
+        """pre: victim in candidates"""
+        return victim[0] <= min(c[1] for c in candidates)
+
+
+@dataclass(frozen=True)
+class AnyLeaf:
+    """Any evictable leaf may go (an engine whose clock is not comparable to the spec's)."""
+
+    name: str = "any"
+    refreshes_split_remainder: bool = False
+
+    def admissible(self, victim: Recency, candidates: Sequence[Recency]) -> bool:
+        """pre: victim in candidates"""
+        return True
+
+
+VictimOrder = LruLeaves | LruSplitRefreshesBoth | AnyLeaf
+LRU_LEAVES = LruLeaves()
+LRU_SPLIT_REFRESHES_BOTH = LruSplitRefreshesBoth()
+ANY_LEAF = AnyLeaf()
+
+
+@dataclass(frozen=True)
+class WholeLeaves:
+    """``evict`` deletes whole unlocked leaves; it may overshoot by less than one node."""
+
+    name: str = "leaf"
+
+    def admissible(self, freed: int, target: int, page_size: int) -> bool:
+        """Any total is fine here: the model judges each deleted node (INV-11)."""
+        return True
+
+
+@dataclass(frozen=True)
+class TailPages:
+    """``evict`` trims leaves page by page (MAX): it never frees a page more than asked.
+
+    pre: page_size >= 1
+    """
+
+    name: str = "tail"
+
+    def admissible(self, freed: int, target: int, page_size: int) -> bool:
+        return freed <= -(-target // page_size) * page_size
+
+
+Eviction = WholeLeaves | TailPages
+WHOLE_LEAVES = WholeLeaves()
+TAIL_PAGES = TailPages()
+
+
+@dataclass(frozen=True)
+class DeepestState:
+    """A Mamba match is cut back to the deepest matched position holding a state, and the
+    request gets a copy of that state (sglang's MambaRadixCache; DECISIONS.md §2)."""
+
+    name: str = "deepest-state"
+    copies_state: bool = True
+
+    def matched_len(self, kv_len: int, state_ends: Sequence[int]) -> int:
+        """The match length, given the KV-only match and where matched states sit.
+
+        pre: all(0 < n <= kv_len for n in state_ends)
+        post: __return__ <= kv_len
+        """
+        return max(state_ends, default=0)
+
+
+@dataclass(frozen=True)
+class FullKv:
+    """A Mamba match returns the whole KV match, states or not (pymllm); the request
+    resumes from the deepest state itself, so no state is copied."""
+
+    name: str = "full-kv"
+    copies_state: bool = False
+
+    def matched_len(self, kv_len: int, state_ends: Sequence[int]) -> int:
+        """post: __return__ == kv_len"""
+        return kv_len
+
+
+MambaMatchPolicy = DeepestState | FullKv
+DEEPEST_STATE = DeepestState()
+FULL_KV = FullKv()

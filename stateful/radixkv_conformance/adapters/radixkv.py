@@ -1,0 +1,404 @@
+"""radixkv's own caches under the kit, through the same protocol as any other engine.
+
+    radixkv check radixkv_conformance.adapters.radixkv:radix_cache
+    radixkv check radixkv_conformance.adapters.radixkv:sliding_window
+    radixkv check radixkv_conformance.adapters.radixkv:mamba
+
+Each adapter converts plain values to tensors and back, and keeps the buffers it handed the
+cache on the last call so that ``scribble`` can write into them afterwards, as a caller
+reusing its buffers would (capability ``caller_buffers``): the cache must not keep views.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+from typing import Any, cast
+
+import torch
+
+import radixkv
+from radixkv.mamba_node import MambaTreeNode
+from radixkv.tree import TreeNode, iter_subtree, path_to_root
+from radixkv_conformance.profile import RADIXKV, RADIXKV_MAMBA, RADIXKV_SWA
+from radixkv_conformance.protocol import (
+    Evicted,
+    Host,
+    Inserted,
+    Matched,
+    PagePlace,
+    Sizes,
+    TokenPlace,
+)
+
+PROFILE = RADIXKV
+PROFILES = {"radix_cache": RADIXKV, "sliding_window": RADIXKV_SWA, "mamba": RADIXKV_MAMBA}
+"""The profile of each factory here (``radixkv check`` reads it by factory name)."""
+
+SCRIBBLE = -7  # what the caller writes into its buffers after a call
+
+
+class _Pools:
+    """The allocator and state pool the caches see: every call goes to the kit's host."""
+
+    def __init__(self, host: Host, device: torch.device) -> None:
+        self.host = host
+        self.device = device
+
+    def free(self, indices: torch.Tensor) -> None:
+        self.host.free(tuple(int(i) for i in indices.tolist()))
+
+    def free_swa(self, indices: torch.Tensor) -> None:
+        self.host.free_swa(tuple(int(i) for i in indices.tolist()))
+
+    def alloc_track_slot(self) -> int:
+        return self.host.alloc_slot()
+
+    def free_track_slot(self, slot: int) -> None:
+        self.host.free_slot(int(slot))
+
+    def copy_states(self, src: int, dst: int) -> None:
+        self.host.copy_state(int(src), int(dst))
+
+
+class _CallerBuffers:
+    """The key lists and value tensors handed to the cache on the last call."""
+
+    def __init__(self) -> None:
+        self.keys: list[list[Any]] = []
+        self.values: list[torch.Tensor] = []
+
+    def key(self, tokens: tuple[Any, ...], namespace: Any) -> radixkv.RadixKey:
+        self.keys.clear()
+        self.values.clear()
+        ids = list(tokens)
+        self.keys.append(ids)
+        return radixkv.RadixKey(ids, namespace)
+
+    def value(self, indices: tuple[int, ...], device: torch.device) -> torch.Tensor:
+        tensor = torch.tensor(indices, dtype=torch.int64, device=device)
+        self.values.append(tensor)
+        return tensor
+
+    def scribble(self) -> None:
+        for ids in self.keys:
+            ids[:] = [SCRIBBLE] * len(ids)
+        for tensor in self.values:
+            tensor.fill_(SCRIBBLE)
+        self.keys.clear()
+        self.values.clear()
+
+
+class RadixCacheAdapter:
+    """radixkv's RadixCache (no window)."""
+
+    usage_errors: tuple[type[BaseException], ...] = (radixkv.UsageError,)
+    capabilities = frozenset(
+        {
+            "namespaces",
+            "hashing",
+            "reset",
+            "bad_input",
+            "unlock_checks",
+            "stale_handles",
+            "on_node_evict",
+            "caller_buffers",
+        }
+    )
+    notes = "page_hashes asks for the deepest node's hashes first (order must not matter)"
+
+    def __init__(self, page_size: int, host: Host, device: str = "cpu") -> None:
+        self.page_size = page_size
+        self.device = torch.device(device)
+        self.evicted_ids: list[int] = []
+        self.buffers = _CallerBuffers()
+        self.cache = self._build(page_size, host)
+
+    def _build(self, page_size: int, host: Host) -> radixkv.RadixCache:
+        pools = _Pools(host, self.device)
+        return radixkv.RadixCache(
+            page_size, token_to_kv_pool_allocator=pools, on_node_evict=self.evicted_ids.append
+        )
+
+    def match(self, tokens: tuple[Any, ...], namespace: Any) -> Matched:
+        result = self.cache.match_prefix(self.buffers.key(tokens, namespace))
+        return Matched(tuple(result.indices.tolist()), result.last_node)
+
+    def insert(self, tokens: tuple[Any, ...], namespace: Any, indices: tuple[int, ...]) -> Inserted:
+        key = self.buffers.key(tokens, namespace)
+        result = self.cache.insert(key, self.buffers.value(indices, self.device))
+        return Inserted(result.prefix_len, result.last_node)
+
+    def lock(self, handle: Any) -> Any:
+        return self.cache.inc_lock_ref(handle)
+
+    def unlock(self, handle: Any, token: Any) -> None:
+        self.cache.dec_lock_ref(handle, token)
+
+    def evict(self, num_tokens: Any) -> Evicted:
+        return Evicted(self.cache.evict(num_tokens).full_evicted)
+
+    def reset(self) -> None:
+        self.cache.reset()
+
+    def sizes(self) -> Sizes:
+        c = self.cache
+        return Sizes(c.evictable_size(), c.protected_size(), c.total_size())
+
+    def contents(self) -> dict[TokenPlace, int]:
+        out: dict[TokenPlace, int] = {}
+        p = self.page_size
+        for node, path in _paths(self.cache.root):
+            assert node.value is not None
+            start = len(path) - len(node)
+            for at, index in enumerate(node.value.tolist(), start):
+                page_end = at // p * p + p
+                out[(node.extra_key, path[:page_end], at % p)] = int(index)
+        return out
+
+    def page_hashes(self, handle: Any) -> list[str]:
+        own = self.cache.compute_node_hash(handle)  # deepest first: order must not matter
+        above = list(path_to_root(handle))[:0:-1]
+        return [h for node in above for h in self.cache.compute_node_hash(node)] + own
+
+    def evicted_node_ids(self) -> list[Hashable]:
+        return list(self.evicted_ids)
+
+    def live_node_ids(self) -> set[Hashable]:
+        return {node.id for node in iter_subtree(self.cache.root)}
+
+    def scribble(self) -> None:
+        self.buffers.scribble()
+
+    def check(self) -> None:
+        self.cache.check_invariants()
+
+    def snapshot(self) -> Hashable:
+        nodes = tuple(
+            (
+                node.id,
+                node.parent.id if node.parent is not None else None,
+                node.extra_key,
+                node.tokens,
+                tuple(node.value.tolist()) if node.value is not None else None,
+                node.lock_ref,
+                node.held_locks,
+                node.last_access_time,
+                node.hit_count,
+                tuple(node.hash_values or ()),
+                node.swa_lock_ref,
+                node.swa_tombstone,
+            )
+            for node in iter_subtree(self.cache.root)
+        )
+        return (nodes, self.sizes(), self.cache.root.last_access_time, len(self.evicted_ids))
+
+
+class SlidingWindowAdapter(RadixCacheAdapter):
+    """radixkv's RadixCache with ``sliding_window_size = host.sliding_window``."""
+
+    capabilities = RadixCacheAdapter.capabilities - {"hashing"} | {"swa"}
+    notes = ""
+
+    def _build(self, page_size: int, host: Host) -> radixkv.RadixCache:
+        pools = _Pools(host, self.device)
+        return radixkv.RadixCache(
+            page_size, host.sliding_window, pools, on_node_evict=self.evicted_ids.append
+        )
+
+    def insert(
+        self,
+        tokens: tuple[Any, ...],
+        namespace: Any,
+        indices: tuple[int, ...],
+        *,
+        prev_prefix_len: int = 0,
+        swa_evicted_seqlen: int = 0,
+    ) -> Inserted:
+        key = self.buffers.key(tokens, namespace)
+        result = self.cache.insert(
+            key,
+            self.buffers.value(indices, self.device),
+            prev_prefix_len=prev_prefix_len,
+            swa_evicted_seqlen=swa_evicted_seqlen,
+        )
+        return Inserted(result.prefix_len, result.last_node)
+
+    def evict(self, num_tokens: Any, *, swa_num_tokens: Any = 0) -> Evicted:
+        result = self.cache.evict(num_tokens, swa_num_tokens)
+        return Evicted(result.full_evicted, result.swa_evicted)
+
+    def swa_pages(self) -> dict[PagePlace, tuple[tuple[int, ...], bool]]:
+        out: dict[PagePlace, tuple[tuple[int, ...], bool]] = {}
+        p = self.page_size
+        for node, path in _paths(self.cache.root):
+            assert node.value is not None
+            values, start = node.value.tolist(), len(path) - len(node)
+            for at in range(0, len(node), p):
+                page = tuple(values[at : at + p])
+                out[(node.extra_key, path[: start + at + p])] = (page, node.swa_tombstone)
+        return out
+
+    def swa_locked_pages(self) -> set[PagePlace]:
+        p = self.page_size
+        return {
+            (node.extra_key, path[: len(path) - len(node) + at + p])
+            for node, path in _paths(self.cache.root)
+            if node.swa_lock_ref > 0
+            for at in range(0, len(node), p)
+        }
+
+    def swa_sizes(self) -> tuple[int, int]:
+        return self.cache.swa_evictable_size(), self.cache.swa_protected_size()
+
+
+class MambaAdapter:
+    """radixkv's MambaRadixCache; state slots come from the kit's host."""
+
+    usage_errors: tuple[type[BaseException], ...] = (radixkv.UsageError,)
+    capabilities = frozenset(
+        {
+            "namespaces",
+            "reset",
+            "bad_input",
+            "unlock_checks",
+            "stale_handles",
+            "on_node_evict",
+            "caller_buffers",
+            "mamba",
+        }
+    )
+
+    def __init__(self, page_size: int, host: Host) -> None:
+        self.page_size = page_size
+        self.evicted_ids: list[int] = []
+        self.buffers = _CallerBuffers()
+        pools = _Pools(host, torch.device("cpu"))
+        self.cache = radixkv.MambaRadixCache(page_size, pools, pools, self.evicted_ids.append)
+
+    def match(self, tokens: tuple[Any, ...], namespace: Any) -> Matched:
+        r = self.cache.match_prefix(self.buffers.key(tokens, namespace))
+        indices = tuple(r.indices.tolist())
+        return Matched(indices, r.last_node, r.prefix_len, r.mamba_branching_seqlen, r.cow_slot)
+
+    def insert(
+        self,
+        tokens: tuple[Any, ...],
+        namespace: Any,
+        indices: tuple[int, ...],
+        *,
+        state_slot: Any = None,
+    ) -> Inserted:
+        key = self.buffers.key(tokens, namespace)
+        value = self.buffers.value(indices, torch.device("cpu"))
+        r = self.cache.insert(key, value, mamba_value=state_slot)
+        return Inserted(r.prefix_len, r.last_node, r.mamba_exist)
+
+    def lock(self, handle: Any) -> Any:
+        return self.cache.inc_lock_ref(handle)
+
+    def unlock(self, handle: Any, token: Any) -> None:
+        self.cache.dec_lock_ref(handle)
+
+    def evict(self, num_tokens: Any, *, mamba_slots: Any = 0) -> Evicted:
+        r = self.cache.evict(num_tokens, mamba_slots)
+        return Evicted(r.full_evicted, 0, r.mamba_evicted)
+
+    def reset(self) -> None:
+        self.cache.reset()
+
+    def sizes(self) -> Sizes:
+        c = self.cache
+        return Sizes(c.evictable_size(), c.protected_size(), c.total_size())
+
+    def mamba_sizes(self) -> tuple[int, int]:
+        return self.cache.mamba_evictable_size(), self.cache.mamba_protected_size()
+
+    def mamba_contents(self) -> dict[PagePlace, tuple[tuple[int, ...], int | None]]:
+        out: dict[PagePlace, tuple[tuple[int, ...], int | None]] = {}
+        p = self.page_size
+        for node in self.cache.nodes():
+            path = _mamba_path(node)
+            assert node.value is not None
+            values = tuple(node.value.tolist())
+            start = len(path) - len(node)
+            for end in range(start + p, len(path) + 1, p):
+                slot = node.slot if end == len(path) else None
+                out[(node.extra_key, path[:end])] = (values[end - start - p : end - start], slot)
+        return out
+
+    def contents(self) -> dict[PagePlace, tuple[int, ...]]:
+        return {place: indices for place, (indices, _) in self.mamba_contents().items()}
+
+    def lru_orders(self) -> tuple[list[PagePlace], list[PagePlace]]:
+        return (
+            [(n.extra_key, _mamba_path(n)) for n in self.cache.full_lru],
+            [(n.extra_key, _mamba_path(n)) for n in self.cache.mamba_lru],
+        )
+
+    def lock_counts(self) -> list[tuple[int, int]]:
+        return [(n.full_lock_ref, n.mamba_lock_ref) for n in self.cache.nodes()]
+
+    def evicted_node_ids(self) -> list[Hashable]:
+        return list(self.evicted_ids)
+
+    def live_node_ids(self) -> set[Hashable]:
+        return {node.id for node in self.cache.nodes()}
+
+    def scribble(self) -> None:
+        self.buffers.scribble()
+
+    def check(self) -> None:
+        self.cache.check_invariants()
+
+    def snapshot(self) -> Hashable:
+        nodes = tuple(
+            (
+                n.id,
+                n.parent.id if n.parent is not None else None,
+                n.extra_key,
+                n.tokens,
+                tuple(n.value.tolist()) if n.value is not None else None,
+                n.slot,
+                n.full_lock_ref,
+                n.mamba_lock_ref,
+                n.last_access_time,
+                n.hit_count,
+            )
+            for n in self.cache.nodes()
+        )
+        full, mamba = self.lru_orders()
+        return (nodes, self.sizes(), tuple(full), tuple(mamba), len(self.evicted_ids))
+
+
+def _paths(root: TreeNode) -> list[tuple[TreeNode, tuple[int, ...]]]:
+    """Every node below ``root`` with the full token path ending at it."""
+    out: list[tuple[TreeNode, tuple[int, ...]]] = []
+    stack: list[tuple[TreeNode, tuple[int, ...]]] = [(root, ())]
+    while stack:
+        node, path = stack.pop()
+        for child in node.children.values():
+            child_path = path + cast(tuple[int, ...], child.tokens)  # the kit uses ints
+            out.append((child, child_path))
+            stack.append((child, child_path))
+    return out
+
+
+def _mamba_path(node: MambaTreeNode) -> tuple[int, ...]:
+    parts: list[tuple[int, ...]] = []
+    current = node
+    while current.parent is not None:
+        parts.append(cast(tuple[int, ...], current.tokens))  # the kit uses int tokens
+        current = cast(MambaTreeNode, current.parent)
+    return tuple(t for part in reversed(parts) for t in part)
+
+
+def radix_cache(page_size: int, host: Host) -> RadixCacheAdapter:
+    return RadixCacheAdapter(page_size, host)
+
+
+def sliding_window(page_size: int, host: Host) -> SlidingWindowAdapter:
+    return SlidingWindowAdapter(page_size, host)
+
+
+def mamba(page_size: int, host: Host) -> MambaAdapter:
+    return MambaAdapter(page_size, host)

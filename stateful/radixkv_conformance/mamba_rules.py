@@ -1,0 +1,317 @@
+"""The Mamba rule set (capability ``mamba``): a hybrid cache with state slots, against
+``radixkv_spec.mamba.MambaCacheModel``.
+
+The machine plays the serving engine: it hands out KV indices and state slots (the cache
+takes its copy-on-write slots from ``host.alloc_slot``), frees its duplicates after an
+insert (and its slot when ``mamba_exist``), frees the copy-on-write slot of a request it
+aborts, and receives whatever the cache frees, in order. After every step it checks the
+cached pages and states against the model, the sizes, the lock counts (INV-30), the LRU
+lists when the adapter shows them (INV-32), and that every KV index and every state slot
+has exactly one owner (INV-7, INV-33). How a match is cut (to the deepest state, or the
+whole KV match) is the profile's ``mamba_match`` policy.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from hypothesis import strategies as st
+from hypothesis.stateful import MultipleResults, invariant, multiple, precondition, rule
+from radixkv_spec.mamba import Event, MambaCacheModel
+from radixkv_spec.tokens import page_align
+
+from radixkv_conformance.machines import BAD_CALLS, ConformanceMachine, NodeRef, Step, one_of
+from radixkv_conformance.protocol import (
+    Evicted,
+    Matched,
+    Namespace,
+    as_evicted,
+    as_inserted,
+    as_matched,
+)
+
+UNUSED_SLOT = 10**9  # a slot nobody holds: in a bad call only the other argument is wrong
+
+
+class MambaRules(ConformanceMachine):
+    """MambaRadixCache-like caches."""
+
+    mode: ClassVar[str] = "mamba"
+    bad_calls: ClassVar[dict[str, tuple[str, str]]] = {
+        **BAD_CALLS,
+        "evict a negative slot count": ("_negative_slot_evict", "bad_input"),
+        "insert with a negative slot": ("_negative_slot", "bad_input"),
+        "insert with a slot the tree owns": ("_owned_slot", "bad_input"),
+    }
+
+    invariant_names = (
+        *ConformanceMachine.invariant_names,
+        "agrees_with_spec",
+        "lock_counts_and_lists",
+        "every_index_and_slot_has_one_owner",
+    )
+
+    def new_model(self) -> MambaCacheModel:
+        profile = self.session.profile
+        return MambaCacheModel(self.page_size, profile.victims, profile.mamba_match)
+
+    def lock_refusal(self, ref: NodeRef) -> str | None:
+        if ref.prefix and not self.model.has_state(ref.namespace, ref.prefix):
+            return "lock of a node without a state"
+        return None
+
+    def refresh_after_unlock(self, ref: NodeRef) -> None:
+        self.model.match(ref.namespace, ref.prefix)
+
+    def state_copied(self, src: int, dst: int) -> None:
+        # INV-33: the copy's destination is the request's, never a slot the tree holds
+        assert dst not in self.model.owned_slots(), f"INV-33: copy_states wrote tree slot {dst}"
+        super().state_copied(src, dst)
+
+    def call_insert(self, step: Step) -> Any:
+        tokens, ns, indices = tuple(step["tokens"]), step["namespace"], tuple(step["indices"])
+        return self.sut.insert(tokens, ns, indices, state_slot=step.get("state_slot"))
+
+    def call_evict(self, step: Step) -> Evicted:
+        slots = step.get("mamba_slots", 0)
+        return as_evicted(self.sut.evict(step["num_tokens"], mamba_slots=slots))
+
+    def reset_model(self) -> tuple[list[int], list[int]]:
+        indices, slots = self.model.reset()
+        return list(indices), list(slots)
+
+    def insert_call(self, tokens: list[Any], ns: Any, indices: list[int]) -> Step:
+        return {**super().insert_call(tokens, ns, indices), "state_slot": UNUSED_SLOT}
+
+    # ---- steps ---------------------------------------------------------------------------
+
+    def do_match(self, tokens: tuple[int, ...], namespace: Namespace) -> tuple[Matched, NodeRef]:
+        step = self.log("match", tokens=list(tokens), namespace=namespace)
+        with self.checking("match"):
+            copies = len(self.copies)
+            got = as_matched(self.sut.match(tokens, namespace))
+            self.scribble_caller_buffers()
+            want = self.model.match(namespace, tokens)
+            step["expect"] = {
+                "indices": list(want.indices),
+                "prefix_len": want.prefix_len,
+                "branching_seqlen": want.branching_seqlen,
+            }
+            prefix_len = len(got.indices) if got.prefix_len is None else got.prefix_len
+            assert tuple(got.indices) == want.indices, f"INV-34: match gave {got.indices}, {want}"
+            assert prefix_len == want.prefix_len, f"INV-34: prefix_len {prefix_len}, spec {want}"
+            assert got.branching_seqlen == want.branching_seqlen, (
+                f"INV-34: mamba_branching_seqlen {got.branching_seqlen}, spec {want}"
+            )
+            if want.source_slot is None:
+                assert got.cow_slot is None, "INV-34: a copy-on-write slot where none is due"
+                assert len(self.copies) == copies, "INV-34: copied a state where none is due"
+            else:
+                assert got.cow_slot is not None, "INV-34: no copy-on-write slot for a state hit"
+                expected = [(want.source_slot, got.cow_slot)]
+                assert self.copies[copies:] == expected, f"INV-33: copies {self.copies[copies:]}"
+            self.count("match")
+            return got, self.ref(got.handle, namespace, tokens[: want.prefix_len])
+
+    def do_insert(
+        self,
+        tokens: tuple[int, ...],
+        namespace: Namespace,
+        indices: tuple[int, ...],
+        state_slot: int | None = None,
+    ) -> NodeRef:
+        """Insert a request's row; the caller frees its duplicates, its unaligned tail, and
+        its slot when a state existed already (``mamba_exist``)."""
+        step = self.log(
+            "insert",
+            tokens=list(tokens),
+            namespace=namespace,
+            indices=list(indices),
+            state_slot=state_slot,
+        )
+        with self.checking("insert"):
+            self.next_index = max(self.next_index, max(indices, default=-1) + 1)
+            if state_slot is not None:
+                self.next_slot = max(self.next_slot, state_slot + 1)
+            key = tokens[: page_align(len(tokens), self.page_size)]
+            held = self.model.indices_of(namespace, key[: self.model.kv_len(namespace, key)])
+            seen = len(self.events)
+            got = as_inserted(self.call_insert(step))
+            self.scribble_caller_buffers()
+            prefix_len, mamba_exist = self.model.insert(namespace, tokens, indices, state_slot)
+            step["expect"] = {"prefix_len": prefix_len, "mamba_exist": mamba_exist}
+            assert got.prefix_len == prefix_len, (
+                f"INV-12: prefix_len {got.prefix_len}, spec says {prefix_len}"
+            )
+            assert got.mamba_exist == mamba_exist, f"INV-31: mamba_exist {got.mamba_exist}"
+            self.settle_duplicates(indices[:prefix_len], held, seen)
+            self.release("free", indices[len(key) :], by="caller")
+            if state_slot is not None and mamba_exist:
+                self.release("slot", (state_slot,), by="caller")
+            self.keys_seen.append(tokens)
+            return self.ref(got.handle, namespace, key)
+
+    def do_free_slot(self, slot: int) -> None:
+        """The caller frees a slot it holds (the copy of an aborted request)."""
+        self.log("free_slot", slot=slot)
+        with self.checking("free_slot"):
+            self.release("slot", (slot,), by="caller")
+
+    def do_evict(self, num_tokens: int, mamba_slots: int = 0) -> None:
+        step = self.log("evict", num_tokens=num_tokens, mamba_slots=mamba_slots)
+        with self.checking("evict"):
+            seen = len(self.events)
+            got = self.call_evict(step)
+            events: list[Event] = [
+                ("kv", g) if kind == "free" else ("slot", g[0])
+                for kind, g in self.events[seen:]
+                if kind in ("free", "slot")
+            ]
+            step["observed"] = {"events": [[k, p] for k, p in events]}
+            self.model.apply_eviction(num_tokens, mamba_slots, events)
+            tokens = len(self.frees_since(seen))
+            slots = len(self.frees_since(seen, "slot"))
+            assert got.full == tokens, f"INV-35: full_evicted {got.full}, freed {tokens} tokens"
+            assert got.mamba == slots, f"INV-35: mamba_evicted {got.mamba}, freed {slots} slots"
+            self.count("evict")
+            self.session.stats["evicted tokens"] += tokens
+            self.session.stats["evicted slots"] += slots
+
+    def settle_duplicates(self, given: tuple[int, ...], held: tuple[int, ...], seen: int) -> None:
+        duplicates = tuple(i for i, h in zip(given, held, strict=True) if i != h)
+        by_cache = self.frees_since(seen)
+        if self.profile.duplicates == "cache":
+            assert sorted(by_cache) == sorted(duplicates), "INV-7: the cache must free duplicates"
+        else:
+            assert not by_cache, f"INV-7: insert freed {by_cache}; the caller owns duplicates"
+            self.release("free", duplicates, by="caller")
+
+    # ---- rules ---------------------------------------------------------------------------
+
+    @rule(target=ConformanceMachine.nodes, data=st.data(), with_slot=st.booleans())
+    def insert(self, data: st.DataObject, with_slot: bool) -> NodeRef | MultipleResults[NodeRef]:
+        """Fresh KV for the whole key, with a fresh state slot or none."""
+        ns = self.draw_namespace(data)
+        tokens = self.draw_tokens(data)
+        aligned = page_align(len(tokens), self.page_size)
+        if not with_slot and self.model.kv_len(ns, tokens) < aligned:
+            step = self.log("insert", bad="new tokens without a state")
+            step.update(self.insert_call(list(tokens), ns, list(range(len(tokens)))))
+            step.update(state_slot=None, expect={"rejected": True})
+            with self.checking("bad: new tokens without a state"):
+                call = lambda: self.call_insert(step)  # noqa: E731
+                self.expect_rejected(call, "new tokens without a state")
+            return multiple()  # the call was refused: no handle for the bundle
+        slot = self.new_slot() if with_slot else None
+        self.count("insert" if with_slot else "insert without state")
+        return self.do_insert(tokens, ns, self.allocate(len(tokens)), slot)
+
+    @rule(target=ConformanceMachine.nodes, data=st.data())
+    def match(self, data: st.DataObject) -> NodeRef:
+        """A request that matches, then aborts: it frees its copy of the state."""
+        got, ref = self.do_match(self.draw_tokens(data), self.draw_namespace(data))
+        if got.cow_slot is not None:
+            self.do_free_slot(got.cow_slot)
+        return ref
+
+    def refresh(self, tokens: tuple[int, ...], namespace: Namespace) -> None:
+        got, _ = self.do_match(tokens, namespace)
+        if got.cow_slot is not None:
+            self.do_free_slot(got.cow_slot)
+
+    @rule(target=ConformanceMachine.nodes, data=st.data(), snapshot=st.booleans())
+    def request(self, data: st.DataObject, snapshot: bool) -> NodeRef:
+        """Match, run from the copied state, maybe cache a state at the branching point,
+        then cache the whole key with the request's own slot (copy-on-write)."""
+        ns = self.draw_namespace(data)
+        tokens = self.draw_tokens(data)
+        got, matched = self.do_match(tokens, ns)
+        working = got.cow_slot if got.cow_slot is not None else self.new_slot()
+        done = len(matched.prefix)
+        row = tuple(got.indices) + self.allocate(len(tokens) - done)
+        if snapshot and got.branching_seqlen is not None and got.branching_seqlen > done:
+            cut = got.branching_seqlen
+            self.do_insert(tokens[:cut], ns, row[:cut], self.new_slot())
+            protected = self.model.kv_len(ns, tokens[:cut])
+            row = self.model.indices_of(ns, tokens[:protected]) + row[protected:]
+            self.count("request with a snapshot")
+        self.count("request")
+        return self.do_insert(tokens, ns, row, working)
+
+    @rule(num_tokens=st.integers(0, 24), mamba_slots=st.integers(0, 4))
+    def evict(self, num_tokens: int, mamba_slots: int) -> None:
+        self.do_evict(num_tokens, mamba_slots)
+
+    # ---- bad calls -----------------------------------------------------------------------
+
+    def _negative_slot_evict(self, data: st.DataObject, _: Namespace) -> Step:
+        return {"op": "evict", "num_tokens": 0, "mamba_slots": -1}
+
+    def _slot_insert(self, data: st.DataObject, ns: Namespace, slot: int) -> Step:
+        tokens = list(self.draw_tokens(data) + (0,) * self.page_size)
+        return {**self.insert_call(tokens, ns, list(range(len(tokens)))), "state_slot": slot}
+
+    def _negative_slot(self, data: st.DataObject, ns: Namespace) -> Step:
+        return self._slot_insert(data, ns, -1)
+
+    def _owned_slot(self, data: st.DataObject, ns: Namespace) -> Step:
+        owned = sorted(self.model.owned_slots())
+        if not owned:
+            return self._negative_slot(data, ns)
+        return self._slot_insert(data, ns, data.draw(one_of(tuple(owned)), label="owned"))
+
+    # ---- invariants ----------------------------------------------------------------------
+
+    @precondition(ConformanceMachine._started)
+    @invariant()
+    def agrees_with_spec(self) -> None:
+        with self.checking("invariant: agrees with the spec"):
+            got = {q: (tuple(ix), slot) for q, (ix, slot) in self.sut.mamba_contents().items()}
+            assert got == self.model.contents(), (
+                "INV-10: cached pages or states differ from the spec"
+            )
+            m, sizes = self.model, self.sut.sizes()
+            want = (m.evictable_size(), m.protected_size(), m.total_size())
+            assert tuple(sizes) == want, f"INV-6: sizes {tuple(sizes)}, spec {want}"
+            mamba = tuple(self.sut.mamba_sizes())
+            want_mamba = (m.mamba_evictable_size(), m.mamba_protected_size())
+            assert mamba == want_mamba, f"INV-33: mamba sizes {mamba}, spec {want_mamba}"
+            self.model.check()
+            self.count("invariant checks")
+
+    @precondition(ConformanceMachine._started)
+    @invariant()
+    def lock_counts_and_lists(self) -> None:
+        with self.checking("invariant: lock counts"):
+            for full, mamba in self.sut.lock_counts():
+                assert full >= mamba >= 0, f"INV-30: full_lock_ref {full} < mamba_lock_ref {mamba}"
+        if hasattr(self.sut, "lru_orders"):  # optional: a cache with two LRU lists shows them
+            with self.checking("invariant: LRU lists"):
+                self._check_lru_lists()
+
+    def _check_lru_lists(self) -> None:
+        full_order, mamba_order = self.sut.lru_orders()
+        cached = self.model.contents()
+        assert len(set(full_order)) == len(full_order), "INV-32: a node is listed twice"
+        assert set(full_order) <= set(cached), "INV-32: the full list holds a dead node"
+        leaves = {pos for pos in cached if not self.model.children(*pos)}
+        assert leaves | set(self.model.states) <= set(full_order), "INV-32: a node is unlisted"
+        assert sorted(mamba_order, key=repr) == sorted(self.model.states, key=repr), (
+            "INV-32: the mamba list is not exactly the nodes holding a state"
+        )
+        for order, name in ((full_order, "full"), (mamba_order, "mamba")):
+            keys = [self.model.key(pos) for pos in order]
+            assert keys == sorted(keys, reverse=True), f"INV-32: {name} list out of LRU order"
+
+    @precondition(ConformanceMachine._started)
+    @invariant()
+    def every_index_and_slot_has_one_owner(self) -> None:
+        with self.checking("invariant: every index has one owner"):
+            held = self.model.cached_indices()
+            assert not held & self.freed, "INV-7: a cached index was freed"
+            missing = set(range(self.next_index)) - held - self.freed
+            assert not missing, f"INV-7: indices leaked: {sorted(missing)}"
+            owned = self.model.owned_slots()
+            assert not owned & self.freed_slots, "INV-33: a tree-owned slot was freed"
+            lost = set(range(self.next_slot)) - owned - self.freed_slots
+            assert not lost, f"INV-33: state slots leaked: {sorted(lost)}"

@@ -1,0 +1,180 @@
+"""Profiles: the legitimate differences of one engine's prefix cache, as spec policies.
+
+A ``Profile`` groups the policies an adapter runs under; the machines and the spec models
+read them instead of insisting on radixkv's own choices. What an adapter *can do* is not
+here: that is its ``capabilities`` (``radixkv_conformance.protocol``). A module that
+defines ``PROFILE`` next to its factory gets it used by ``radixkv check MODULE:FACTORY`` in
+every mode, ``--replay`` included; ``--profile NAME`` picks a built-in one and ``--profile
+MODULE:ATTR`` any other.
+
+Not to be confused with the *Hypothesis* settings profiles in
+``radixkv_conformance.profiles`` (``ci`` / ``dev`` / ``thorough``): how long to search.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Literal
+
+from radixkv_spec.policies import (
+    ANY_LEAF,
+    DEEPEST_STATE,
+    FULL_KV,
+    LRU_LEAVES,
+    LRU_SPLIT_REFRESHES_BOTH,
+    TAIL_PAGES,
+    WHOLE_LEAVES,
+    Eviction,
+    MambaMatchPolicy,
+    VictimOrder,
+)
+
+Duplicates = Literal["caller", "cache", "kept"]
+LockModel = Literal["counts", "sets"]
+SwaLockTokens = Literal["exact", "optional"]
+
+__all__ = [
+    "ANY_LEAF",
+    "DEEPEST_STATE",
+    "FULL_KV",
+    "LRU_LEAVES",
+    "LRU_SPLIT_REFRESHES_BOTH",
+    "TAIL_PAGES",
+    "WHOLE_LEAVES",
+    "Profile",
+]
+
+
+@dataclass(frozen=True)
+class Profile:
+    """The policies one engine's cache runs under.
+
+    Attributes:
+        name: how reports and traces refer to the profile.
+        victims: which leaf an eviction may take (``radixkv_spec.policies``):
+            ``LRU_LEAVES``; ``LRU_SPLIT_REFRESHES_BOTH`` (sglang's Python and Rust trees: a
+            split stamps both halves); ``ANY_LEAF``.
+        eviction: ``WHOLE_LEAVES`` (delete whole leaves, overshoot by less than a node) or
+            ``TAIL_PAGES`` (MAX: trim leaves page by page, never a page too many).
+        duplicates: who releases the caller's indices for an already cached prefix on
+            insert: ``"caller"`` (insert reports ``prefix_len``, the caller frees them),
+            ``"cache"`` (the cache frees them through the allocator during insert: the
+            Rust core, radixkv's SWA mode), ``"kept"`` (MAX: the cache keeps its own and
+            reports no ``prefix_len``; the caller compares and frees).
+        reset_frees: ``reset()`` hands every cached index to the allocator (radixkv);
+            ``False``: the caller reclaims them itself (sglang drops the tree).
+        lock_model: ``"counts"`` (a counter per node; every unlock answers one lock) or
+            ``"sets"`` (MAX: per-sequence sets; each lock is a fresh sequence id).
+        recency_on_unlock: an unlock also refreshes the unlocked path (MAX).
+        stores: ``False`` for a cache that never shares (ChunkCache): it must match
+            nothing, adopt nothing and free nothing.
+        match_may_split: match returns a handle ending exactly at the match (it may split
+            a node for it). ``False``: match handles are not used for locking.
+        mamba_match: ``DEEPEST_STATE`` (radixkv, sglang: cut the match back to the deepest
+            state and copy it) or ``FULL_KV`` (pymllm: the whole KV match, no copy).
+        swa_lock_tokens: ``"exact"``: every SWA unlock gets back exactly what the lock
+            returned (``None`` is a token like any other); ``"optional"``: an unlock may
+            also pass ``None`` to undo the newest lock on the node (radixkv).
+        swa_insert_args: the cache takes ``prev_prefix_len`` / ``swa_evicted_seqlen``;
+            ``False``: the kit passes 0 for both (it frees no SWA KV before an insert).
+        page_sizes: the page sizes the machine draws from.
+        windows: the sliding windows the SWA rules draw from.
+        notes: free text shown in the report (documented deviations).
+    """
+
+    name: str
+    victims: VictimOrder = LRU_LEAVES
+    eviction: Eviction = WHOLE_LEAVES
+    duplicates: Duplicates = "caller"
+    reset_frees: bool = True
+    lock_model: LockModel = "counts"
+    recency_on_unlock: bool = False
+    stores: bool = True
+    match_may_split: bool = True
+    mamba_match: MambaMatchPolicy = DEEPEST_STATE
+    swa_lock_tokens: SwaLockTokens = "exact"
+    swa_insert_args: bool = True
+    page_sizes: tuple[int, ...] = (1, 2, 4, 16)
+    windows: tuple[int, ...] = (1, 2, 4, 8)
+    notes: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.page_sizes or min(self.page_sizes) < 1:
+            raise ValueError(f"page_sizes must be positive, got {self.page_sizes}")
+        if not self.windows or min(self.windows) < 1:
+            raise ValueError(f"windows must be positive, got {self.windows}")
+        if self.duplicates not in ("caller", "cache", "kept"):
+            raise ValueError(f"duplicates must be caller, cache or kept: {self.duplicates!r}")
+        if self.lock_model not in ("counts", "sets"):
+            raise ValueError(f"lock_model must be counts or sets: {self.lock_model!r}")
+        if self.swa_lock_tokens not in ("exact", "optional"):
+            raise ValueError(f"swa_lock_tokens must be exact or optional: {self.swa_lock_tokens!r}")
+
+    def but(self, **changes: object) -> Profile:
+        """The same profile with some policies changed."""
+        return replace(self, **changes)  # type: ignore[arg-type]  # dataclasses.replace is untyped per field
+
+
+RADIXKV = Profile(
+    "radixkv",
+    swa_lock_tokens="optional",
+    notes="radixkv's caches: the spec exactly (SPEC.md).",
+)
+RADIXKV_SWA = RADIXKV.but(
+    name="radixkv-swa",
+    duplicates="cache",
+    page_sizes=(1, 4),
+    notes="radixkv's RadixCache with a sliding window: insert frees incoming duplicates.",
+)
+RADIXKV_MAMBA = RADIXKV.but(
+    name="radixkv-mamba", page_sizes=(1, 2, 4), notes="radixkv's MambaRadixCache."
+)
+CHUNK_CACHE = Profile(
+    "chunk",
+    stores=False,
+    page_sizes=(1,),
+    notes="The no-op fallback: no sharing, no locks, no page_size.",
+)
+MAX_RADIX_TRIE = Profile(
+    "max",
+    duplicates="kept",
+    eviction=TAIL_PAGES,
+    lock_model="sets",
+    recency_on_unlock=True,
+    notes=(
+        "MAX RadixTrie: one block per page, blocks kept on overlap, per-sequence locks, "
+        "tail-trimming evict_blocks, recency refreshed on release too. A trimmed node stays "
+        "live, so stale handles are not detected."
+    ),
+)
+SGLANG = Profile(
+    "sglang",
+    victims=LRU_SPLIT_REFRESHES_BOTH,
+    reset_frees=False,
+    notes=(
+        "sglang's Python RadixCache (0.5.23): a split refreshes both halves; reset drops "
+        "the tree without freeing; page hashes are sglang's own encoding."
+    ),
+)
+
+PROFILES: dict[str, Profile] = {
+    p.name: p for p in (RADIXKV, RADIXKV_SWA, RADIXKV_MAMBA, CHUNK_CACHE, MAX_RADIX_TRIE, SGLANG)
+}
+"""The built-in profiles, by name (``radixkv check --profile NAME``)."""
+
+
+def describe(profile: Profile) -> list[str]:
+    """One line per policy, for reports (which choices the run checked against)."""
+    return [
+        f"victims={profile.victims.name}",
+        f"eviction={profile.eviction.name}",
+        f"duplicates={profile.duplicates}",
+        f"reset_frees={profile.reset_frees}",
+        f"lock_model={profile.lock_model}",
+        f"mamba_match={profile.mamba_match.name}",
+        f"swa_lock_tokens={profile.swa_lock_tokens}",
+        f"swa_insert_args={profile.swa_insert_args}",
+        f"recency_on_unlock={profile.recency_on_unlock}",
+        f"stores={profile.stores}",
+        f"match_may_split={profile.match_may_split}",
+    ]

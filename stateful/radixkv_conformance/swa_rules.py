@@ -1,0 +1,249 @@
+"""The SWA rule set (capability ``swa``): a cache with a sliding window, against
+``radixkv_spec.swa.SlidingWindowModel``.
+
+The machine plays the serving engine: it allocates indices (full and SWA KV both held),
+frees the SWA KV of a request's old tokens itself before inserting (``swa_evicted_seqlen``),
+hands the cache ownership of everything past ``prev_prefix_len``, and frees only its
+unaligned tail (and, under ``duplicates="caller"``, what the spec says the cache drops).
+Every index has a full and an SWA state; after every step each is conserved (none leaked,
+none freed twice, none freed while a lock needs it) and the cache agrees with the spec.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from hypothesis import strategies as st
+from hypothesis.stateful import invariant, precondition, rule
+from radixkv_spec.swa import FreeEvent, Position, SlidingWindowModel
+from radixkv_spec.tokens import page_align
+
+from radixkv_conformance.machines import BAD_CALLS, ConformanceMachine, NodeRef, Step, up_to
+from radixkv_conformance.protocol import Evicted, Namespace, as_evicted, as_inserted, as_matched
+
+
+class SwaRules(ConformanceMachine):
+    """RadixCache-like caches with ``sliding_window_size = W``."""
+
+    mode: ClassVar[str] = "swa"
+    bad_calls: ClassVar[dict[str, tuple[str, str]]] = {
+        **BAD_CALLS,
+        "evict a negative swa_num_tokens": ("_negative_swa_evict", "bad_input"),
+        "insert with an unaligned prev_prefix_len": ("_unaligned_prev", "bad_input"),
+        "insert with an unaligned swa_evicted_seqlen": ("_unaligned_evicted", "bad_input"),
+    }
+
+    invariant_names = (
+        *ConformanceMachine.invariant_names,
+        "agrees_with_spec",
+        "full_and_swa_indices_are_conserved",
+    )
+
+    def new_model(self) -> SlidingWindowModel:
+        assert self.window is not None, "an SWA run needs a window"
+        self.epoch = 0
+        self.deleted_at: dict[Position, int] = {}
+        return SlidingWindowModel(self.page_size, self.window, self.session.profile.victims)
+
+    def choose_run_options(self, data: st.DataObject) -> None:
+        # Under "optional" lock tokens a caller names every lock it undoes or none: None
+        # undoes the newest lock on the node, so mixing styles on one node is its own mix-up.
+        if self.profile.swa_lock_tokens == "optional":
+            self.unlock_by_token = data.draw(st.booleans(), label="unlock by token")
+
+    def birth(self) -> int:
+        return self.epoch
+
+    def deleted_since(self, ref: NodeRef) -> bool:
+        return self.deleted_at.get((ref.namespace, ref.prefix), -1) > ref.born
+
+    def lock_refusal(self, ref: NodeRef) -> str | None:
+        if (ref.namespace, ref.prefix) in self.model.tombstones:
+            return "lock of a tombstone"
+        return None
+
+    def refresh_after_unlock(self, ref: NodeRef) -> None:
+        self.model.match(ref.namespace, ref.prefix)
+
+    def call_insert(self, step: Step) -> Any:
+        tokens, ns, indices = tuple(step["tokens"]), step["namespace"], tuple(step["indices"])
+        prev, evicted = step.get("prev_prefix_len", 0), step.get("swa_evicted_seqlen", 0)
+        return self.sut.insert(
+            tokens, ns, indices, prev_prefix_len=prev, swa_evicted_seqlen=evicted
+        )
+
+    def call_evict(self, step: Step) -> Evicted:
+        swa = step.get("swa_num_tokens", 0)
+        return as_evicted(self.sut.evict(step["num_tokens"], swa_num_tokens=swa))
+
+    def reset_model(self) -> tuple[list[int], list[int]]:
+        full, _ = self.model.reset()
+        return full, []
+
+    def insert_call(self, tokens: list[Any], ns: Any, indices: list[int]) -> Step:
+        step = super().insert_call(tokens, ns, indices)
+        return {**step, "prev_prefix_len": 0, "swa_evicted_seqlen": 0}
+
+    # ---- steps ---------------------------------------------------------------------------
+
+    def do_match(self, tokens: tuple[int, ...], namespace: Namespace) -> NodeRef:
+        step = self.log("match", tokens=list(tokens), namespace=namespace)
+        with self.checking("match"):
+            got = as_matched(self.sut.match(tokens, namespace))
+            self.scribble_caller_buffers()
+            expected = self.model.match(namespace, tokens)
+            step["expect"] = {"indices": list(expected)}
+            assert tuple(got.indices) == expected, (
+                f"INV-23: match gave {got.indices}, spec says {expected}"
+            )
+            self.count("match")
+            return self.ref(got.handle, namespace, tokens[: len(expected)])
+
+    def do_insert(
+        self,
+        tokens: tuple[int, ...],
+        namespace: Namespace,
+        indices: tuple[int, ...],
+        prev_prefix_len: int = 0,
+        swa_evicted_seqlen: int = 0,
+    ) -> NodeRef:
+        """A request that freed its old SWA KV inserts; the cache owns ``indices[prev:]``."""
+        step = self.log(
+            "insert",
+            tokens=list(tokens),
+            namespace=namespace,
+            indices=list(indices),
+            prev_prefix_len=prev_prefix_len,
+            swa_evicted_seqlen=swa_evicted_seqlen,
+        )
+        with self.checking("insert"):
+            self.next_index = max(self.next_index, max(indices, default=-1) + 1)
+            own_swa_gone = indices[prev_prefix_len:swa_evicted_seqlen]
+            self.release("free_swa", own_swa_gone, by="caller")
+            seen = len(self.events)
+            got = as_inserted(self.call_insert(step))
+            self.scribble_caller_buffers()
+            expected, freed, end = self.model.insert(
+                namespace, tokens, indices, prev_prefix_len, swa_evicted_seqlen
+            )
+            step["expect"] = {"prefix_len": expected}
+            assert got.prefix_len == expected, (
+                f"INV-12: prefix_len {got.prefix_len}, spec says {expected}"
+            )
+            by_cache = self.frees_since(seen)
+            assert not self.frees_since(seen, "free_swa"), "INV-24: insert freed SWA KV"
+            if self.profile.duplicates == "cache":
+                assert sorted(by_cache) == sorted(freed), (
+                    f"INV-24: insert freed {sorted(by_cache)}, spec says {sorted(freed)}"
+                )
+            else:
+                assert not by_cache, f"INV-7: insert freed {by_cache}; the caller frees them"
+                self.release("free", freed, by="caller")
+            aligned = page_align(len(tokens), self.page_size)
+            self.release("free", indices[aligned:], by="caller")
+            self.keys_seen.append(tokens)
+            self.count("insert")
+            return self.ref(got.handle, namespace, tokens[:end])
+
+    def do_evict(self, num_tokens: int, swa_num_tokens: int = 0) -> None:
+        step = self.log("evict", num_tokens=num_tokens, swa_num_tokens=swa_num_tokens)
+        with self.checking("evict"):
+            locked = set(self.sut.swa_locked_pages())
+            assert self.model.minimum_windows() <= locked, (
+                "INV-21: a lock's window is not SWA-locked"
+            )
+            seen = len(self.events)
+            got = self.call_evict(step)
+            events: list[FreeEvent] = [(k, g) for k, g in self.events[seen:] if k != "slot"]
+            step["observed"] = {"events": [[k, list(g)] for k, g in events]}
+            outcome = self.model.apply_eviction(num_tokens, swa_num_tokens, events, locked)
+            counts = (outcome.full_evicted, outcome.swa_evicted)
+            assert (got.full, got.swa) == counts, f"INV-11: evict reported {got}, spec {counts}"
+            self.epoch += 1
+            for position in outcome.deleted:
+                self.deleted_at[position] = self.epoch
+            self.count("evict")
+            self.session.stats["evicted tokens"] += outcome.full_evicted
+
+    # ---- rules ---------------------------------------------------------------------------
+
+    @rule(target=ConformanceMachine.nodes, data=st.data())
+    def insert(self, data: st.DataObject) -> NodeRef:
+        """A request that freed its old SWA KV inserts, matching first (prev_prefix_len)."""
+        ns = self.draw_namespace(data)
+        tokens = self.draw_tokens(data)
+        p, takes_args = self.page_size, self.profile.swa_insert_args
+        use_match = takes_args and data.draw(st.booleans(), label="matched first")
+        matched: tuple[int, ...] = ()
+        if use_match:
+            self.do_match(tokens, ns)
+            matched = tuple(self.trace[-1]["expect"]["indices"])
+        value = matched + self.allocate(len(tokens) - len(matched))
+        aligned = page_align(len(tokens), p)
+        pages = data.draw(up_to(aligned // p), label="swa evicted pages") if takes_args else 0
+        evicted = max(pages * p, len(matched))
+        if evicted:
+            self.count("insert with prev_prefix_len or swa_evicted_seqlen")
+        return self.do_insert(tokens, ns, value, len(matched), evicted)
+
+    @rule(target=ConformanceMachine.nodes, data=st.data())
+    def match(self, data: st.DataObject) -> NodeRef:
+        return self.do_match(self.draw_tokens(data), self.draw_namespace(data))
+
+    @rule(swa_num_tokens=st.integers(1, 8))
+    def free_sliding_window_kv(self, swa_num_tokens: int) -> None:
+        """Phase 2 alone: tombstones appear under and above locked nodes, often."""
+        self.do_evict(0, swa_num_tokens)
+
+    @rule(num_tokens=st.integers(0, 24), swa_num_tokens=st.integers(0, 24))
+    def evict(self, num_tokens: int, swa_num_tokens: int) -> None:
+        self.do_evict(num_tokens, swa_num_tokens)
+
+    # ---- bad calls -----------------------------------------------------------------------
+
+    def _negative_swa_evict(self, data: st.DataObject, _: Namespace) -> Step:
+        return {"op": "evict", "num_tokens": 0, "swa_num_tokens": -1}
+
+    def _unaligned(self, data: st.DataObject, ns: Namespace, field: str) -> Step:
+        tokens = list(self.draw_tokens(data) + (0,) * self.page_size)
+        step = self.insert_call(tokens, ns, list(range(len(tokens))))
+        # An offset inside a page would split it; with one-token pages none is unaligned
+        step[field] = 1 if self.page_size > 1 else -1
+        return step
+
+    def _unaligned_prev(self, data: st.DataObject, ns: Namespace) -> Step:
+        return self._unaligned(data, ns, "prev_prefix_len")
+
+    def _unaligned_evicted(self, data: st.DataObject, ns: Namespace) -> Step:
+        return self._unaligned(data, ns, "swa_evicted_seqlen")
+
+    # ---- invariants ----------------------------------------------------------------------
+
+    @precondition(ConformanceMachine._started)
+    @invariant()
+    def agrees_with_spec(self) -> None:
+        with self.checking("invariant: agrees with the spec"):
+            got = {q: (tuple(ix), bool(tomb)) for q, (ix, tomb) in self.sut.swa_pages().items()}
+            want = {q: (ix, q in self.model.tombstones) for q, ix in self.model.pages.items()}
+            assert got == want, "INV-23: pages or tombstones differ from the spec"
+            sizes, m = self.sut.sizes(), self.model
+            assert sizes.total == m.total_size(), "INV-6: total_size differs from the spec"
+            assert sizes.protected == m.protected_size(), "INV-6: protected_size differs"
+            assert sizes.evictable + sizes.protected == sizes.total, "INV-6: sizes do not add up"
+            swa_evictable, swa_protected = self.sut.swa_sizes()
+            assert swa_evictable + swa_protected == m.live_size(), "INV-22: SWA sizes"
+            self.count("invariant checks")
+
+    @precondition(ConformanceMachine._started)
+    @invariant()
+    def full_and_swa_indices_are_conserved(self) -> None:
+        with self.checking("invariant: every index has one owner"):
+            live: set[int] = set()
+            dead: set[int] = set()
+            for ix, tomb in self.sut.swa_pages().values():
+                (dead if tomb else live).update(ix)
+            assert not (live | dead) & self.freed, "INV-24: a cached index was freed"
+            assert not live & self.swa_freed, "INV-24: a live page's SWA KV was freed"
+            assert dead <= self.swa_freed, "INV-24: a tombstone's SWA KV is still held"
+            leaked = set(range(self.next_index)) - live - dead - self.freed
+            assert not leaked, f"INV-24: indices leaked: {sorted(leaked)}"
