@@ -15,7 +15,8 @@ ends with the node id, so two leaves never tie and the order is deterministic.
 
 A key may only change where the Tree re-queues the leaf (``Tree.touch``): recency, hits
 and priority all change on the path a match or insert touches, and they are updated
-before the touch.
+before the touch; ``birth`` and ``id`` never change. A policy of one's own must keep to
+that: depth or length, say, change when a split cuts a leaf, with no touch of that leaf.
 """
 
 from __future__ import annotations
