@@ -124,6 +124,7 @@ CAPABILITIES: dict[str, str] = {
     "swa": "sliding-window attention: tombstones, SWA eviction, SWA lock tokens",
     "mamba": "Mamba / SSM state slots, copy-on-write, branching seqlen",
     "caller_buffers": "the cache keeps no view of the caller's buffers: scribble()",
+    "priority": "insert takes an eviction priority: insert(..., priority=)",
 }
 
 
@@ -305,6 +306,7 @@ CAPABILITY_PROTOCOLS: dict[str, tuple[type[Any], dict[str, tuple[str, ...]]]] = 
     "on_node_evict": (NodeEventsAdapter, {}),
     "reset": (ResettableAdapter, {}),
     "caller_buffers": (CallerBuffersAdapter, {}),
+    "priority": (PrefixCacheAdapter, {"insert": ("priority",)}),
     "swa": (
         SwaAdapter,
         {"insert": ("prev_prefix_len", "swa_evicted_seqlen"), "evict": ("swa_num_tokens",)},

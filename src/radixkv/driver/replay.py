@@ -47,6 +47,7 @@ import torch
 
 from radixkv.base import RadixKey
 from radixkv.driver.workload import KINDS, Request, WorkloadConfig, generate, trace_digest
+from radixkv.eviction import POLICIES
 from radixkv.radix_cache import RadixCache
 
 # ---- the KV pool ----------------------------------------------------------------------
@@ -98,7 +99,9 @@ class ReplayCache(Protocol):
     def match(self, key: Any, limit: int, extra_key: str | None) -> tuple[int, Any, Any]:
         """(prefix_len, indices, node) of ``key[:limit]``."""
 
-    def insert(self, key: Any, extra_key: str | None, value: torch.Tensor) -> int: ...
+    def insert(
+        self, key: Any, extra_key: str | None, value: torch.Tensor, priority: int = 0
+    ) -> int: ...
 
     def lock(self, node: Any) -> Any: ...
 
@@ -114,8 +117,8 @@ class ReplayCache(Protocol):
 class RadixkvReplay:
     name = "radixkv"
 
-    def __init__(self, page_size: int, pool: ReplayPool) -> None:
-        self.cache = RadixCache(page_size, token_to_kv_pool_allocator=pool)
+    def __init__(self, page_size: int, pool: ReplayPool, policy: str = "lru") -> None:
+        self.cache = RadixCache(page_size, token_to_kv_pool_allocator=pool, eviction_policy=policy)
 
     def prepare(self, tokens: list[int]) -> Any:
         return array("q", tokens)
@@ -124,8 +127,10 @@ class RadixkvReplay:
         result = self.cache.match_prefix(RadixKey(memoryview(key)[:limit], extra_key))
         return result.prefix_len, result.indices, result.last_node
 
-    def insert(self, key: Any, extra_key: str | None, value: torch.Tensor) -> int:
-        return self.cache.insert(RadixKey(key, extra_key), value).prefix_len
+    def insert(
+        self, key: Any, extra_key: str | None, value: torch.Tensor, priority: int = 0
+    ) -> int:
+        return self.cache.insert(RadixKey(key, extra_key), value, priority=priority).prefix_len
 
     def lock(self, node: Any) -> Any:
         return self.cache.inc_lock_ref(node)
@@ -179,7 +184,10 @@ class SglangReplay:
         node = result.last_device_node
         return result.device_prefix_len, self.cache.path_device_indices(node), node
 
-    def insert(self, key: Any, extra_key: str | None, value: torch.Tensor) -> int:
+    def insert(
+        self, key: Any, extra_key: str | None, value: torch.Tensor, priority: int = 0
+    ) -> int:
+        """``priority`` is unused: sglang is replayed under its default policy, LRU."""
         params = self._base.InsertParams(key=self._rc.RadixKey(key, extra_key), value=value)
         return int(self.cache.insert(params).prefix_len)
 
@@ -208,6 +216,32 @@ CACHES: dict[str, CacheFactory] = {
 }
 
 
+POLICY_CACHES: dict[str, type[RadixkvReplay]] = {
+    "radixkv": RadixkvReplay,
+    "radixkv-list": RadixkvListReplay,
+}
+"""The caches ``--policy`` applies to (radixkv's eviction policies, eviction.py)."""
+
+PRIORITY_BY_KIND = {"chat": 2, "fewshot": 2, "tot": 1, "namespaced": 1, "unique": 0}
+"""The ``priority=`` the replay gives each finished request's insert, by its kind: what a
+scheduler knows will recur (system prompts, few-shot templates) ranks above a
+tree-of-thought branch or a tenant's prompt, and a one-off prompt lowest. Only the
+``priority`` policy reads it; under the others it changes nothing."""
+
+
+def cache_factory(cache_name: str, policy: str | None = None) -> CacheFactory:
+    """The factory of ``cache_name``, built with eviction ``policy`` (``None``: its own
+    default); a policy for a cache that has none to choose is a ValueError."""
+    if policy is None:
+        return CACHES[cache_name]
+    if cache_name not in POLICY_CACHES:
+        raise ValueError(f"--policy applies to {sorted(POLICY_CACHES)}, not {cache_name!r}")
+    if policy not in POLICIES:
+        raise ValueError(f"unknown policy {policy!r}; known: {sorted(POLICIES)}")
+    kind = POLICY_CACHES[cache_name]
+    return lambda page_size, pool: kind(page_size, pool, policy)
+
+
 def register_cache(name: str, factory: CacheFactory) -> None:
     """Make ``factory`` replayable as ``name`` (``replay(name, ...)``, ``--cache name``)."""
     CACHES[name] = factory
@@ -227,6 +261,7 @@ class ReplayReport:
     requests: int
     page_size: int
     pool_size: int
+    policy: str = "lru"
     seconds: dict[str, float] = field(default_factory=lambda: defaultdict(float))
     tokens: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     hits: dict[str, list[int]] = field(default_factory=dict)  # kind -> [matched, asked]
@@ -258,7 +293,7 @@ class ReplayReport:
     def render(self) -> str:
         lines = [
             f"{self.cache}: {self.requests} requests, page size {self.page_size}, "
-            f"pool {self.pool_size}",
+            f"pool {self.pool_size}, eviction policy {self.policy}",
             f"  requests/s (cache CPU time): {self.requests_per_s:,.0f}"
             f"   ({self.cache_seconds * 1e3:.1f} ms in cache calls)",
             f"  match  {self.throughput('match') / 1e6:8.1f} M tokens/s"
@@ -356,7 +391,8 @@ class _Scheduler:
         cache, report, pool = self.cache, self.report, self.pool
         for request, key, matched, kv, node, token in self.inflight:
             t = self.clock()
-            prefix_len = cache.insert(key, request.extra_key, kv)
+            priority = PRIORITY_BY_KIND.get(request.kind, 0)
+            prefix_len = cache.insert(key, request.extra_key, kv, priority)
             report.seconds["insert"] += self.clock() - t
             report.tokens["insert"] += len(kv)
             aligned = len(kv) // self.page_size * self.page_size
@@ -384,16 +420,19 @@ def replay(
     batch: int = 8,
     progress: Callable[[int], None] | None = None,
     device: torch.device | str = "cpu",
+    policy: str | None = None,
 ) -> ReplayReport:
     """Drive ``cache_name`` through ``requests``; see the module docstring.
+
+    ``policy`` is radixkv's eviction policy (``None``: the cache's default, LRU).
 
     With ``device`` a CUDA device the pool's indices live there, and the replay runs under
     torch's sync debug mode set to "error": a cache call (or the driver) that waits for the
     device raises instead of stalling. Times are then the host side of each call.
     """
     pool = ReplayPool(pool_size, device)
-    cache = CACHES[cache_name](page_size, pool)
-    report = ReplayReport(cache_name, 0, page_size, pool_size)
+    cache = cache_factory(cache_name, policy)(page_size, pool)
+    report = ReplayReport(cache_name, 0, page_size, pool_size, policy or "lru")
     scheduler = _Scheduler(cache, pool, report)
     scheduler.progress = progress
     rss0 = _rss()
@@ -475,7 +514,19 @@ def add_parser(commands: Any) -> None:
     cmd.add_argument(
         "--device", default="cpu", help="where the KV indices live (cuda: no host sync allowed)"
     )
+    cmd.add_argument(
+        "--policy",
+        choices=sorted(POLICIES),
+        default=None,
+        help="radixkv's eviction policy (default lru); priority reads PRIORITY_BY_KIND",
+    )
     cmd.add_argument("--no-progress", action="store_true")
+    cmd.add_argument(
+        "--policy-plot",
+        metavar="FILE",
+        help="also replay the trace under every policy and pool size: a table, and a PNG of "
+        "hit rate against pool size per policy with matplotlib (else its data as CSV)",
+    )
     cmd.add_argument(
         "--plot",
         metavar="FILE",
@@ -488,6 +539,9 @@ def command(args: argparse.Namespace) -> int:
     torch.set_num_threads(1)  # the benchmark's setting; the library never changes it
     cfg = WorkloadConfig(seed=args.seed, requests=args.requests, prompt_len=args.prompt_len)
     pool = args.pool_size or args.prompt_len * 48
+    if args.policy is not None and args.cache not in POLICY_CACHES:
+        print(f"radixkv replay: --policy applies to {sorted(POLICY_CACHES)}", file=sys.stderr)
+        return 2
     print(f"trace: seed {cfg.seed}, {cfg.requests} requests of ~{cfg.prompt_len} tokens")
     print(f"trace sha256 {trace_digest(cfg)}")
     bar = None if args.no_progress or cfg.requests < 200 else _progress_bar(cfg.requests)
@@ -499,6 +553,7 @@ def command(args: argparse.Namespace) -> int:
         batch=args.batch,
         progress=bar,
         device=args.device,
+        policy=args.policy,
     )
     if bar is not None:
         print(file=sys.stderr)
@@ -506,7 +561,105 @@ def command(args: argparse.Namespace) -> int:
     print(f"prefix-length digest {report.prefix_digest}")
     if args.plot:
         _plot(args, cfg, Path(args.plot))
+    if args.policy_plot:
+        cache = args.cache if args.cache in POLICY_CACHES else "radixkv"
+        sweep = policy_sweep(cache, cfg, page_size=args.page_size, batch=args.batch)
+        print(policy_table(sweep, cfg.prompt_len))
+        plot_policies(sweep, Path(args.policy_plot), f"{cache}, {trace_label(cfg)}")
     return 0
+
+
+# ---- hit rate per eviction policy ------------------------------------------------------
+
+SWEEP_PROMPTS = (4, 8, 16, 32, 64, 128)
+"""Pool sizes of the policy sweep, in typical prompts (``prompt_len`` tokens each)."""
+
+PolicySweep = dict[str, list[tuple[int, float]]]  # policy -> [(pool tokens, hit rate)]
+
+
+def policy_sweep(
+    cache_name: str,
+    cfg: WorkloadConfig,
+    *,
+    page_size: int = 1,
+    batch: int = 8,
+    prompts: tuple[int, ...] = SWEEP_PROMPTS,
+    policies: tuple[str, ...] = tuple(POLICIES),
+) -> PolicySweep:
+    """The hit rate of the same trace under each policy at each pool size."""
+    sweep: PolicySweep = {}
+    for policy in policies:
+        for n in prompts:
+            pool = n * cfg.prompt_len
+            report = replay(
+                cache_name,
+                generate(cfg),
+                page_size=page_size,
+                pool_size=pool,
+                batch=batch,
+                policy=policy,
+            )
+            sweep.setdefault(policy, []).append((pool, report.hit_rate()))
+            print(
+                f"  {policy:>8} pool {pool:>9,}: hit rate {report.hit_rate():.4f}", file=sys.stderr
+            )
+    return sweep
+
+
+def trace_label(cfg: WorkloadConfig) -> str:
+    return f"seed {cfg.seed}, {cfg.requests} requests of ~{cfg.prompt_len} tokens"
+
+
+def policy_table(sweep: PolicySweep, prompt_len: int) -> str:
+    """A Markdown table: one row per pool size, one column per policy, the best in bold."""
+    policies = list(sweep)
+    pools = [pool for pool, _ in next(iter(sweep.values()))]
+    lines = [
+        "| pool (tokens) | prompts | " + " | ".join(policies) + " |",
+        "|---:|---:|" + "---:|" * len(policies),
+    ]
+    for row, pool in enumerate(pools):
+        rates = [sweep[p][row][1] for p in policies]
+        cells = [f"**{r:.3f}**" if r == max(rates) else f"{r:.3f}" for r in rates]
+        lines.append(f"| {pool:,} | {pool // prompt_len} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def plot_policies(sweep: PolicySweep, path: Path, title: str) -> bool:
+    """Hit rate against pool size, one line per policy, as a PNG at ``path``; without
+    matplotlib, the same data as ``path`` with a .csv suffix (returns whether it plotted)."""
+    plt = _pyplot()
+    if plt is None:
+        csv = path.with_suffix(".csv")
+        rows = [f"{p},{pool},{rate:.6f}" for p, points in sweep.items() for pool, rate in points]
+        csv.write_text("policy,pool_tokens,hit_rate\n" + "\n".join(rows) + "\n")
+        print(f"matplotlib is not installed (pip install matplotlib): wrote {csv} instead")
+        return False
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    styles = ["-", "--", ":", "-.", (0, (5, 1, 1, 1, 1, 1))]  # coinciding lines stay visible
+    for (policy, points), style in zip(sweep.items(), styles * len(sweep), strict=False):
+        xs, ys = [x for x, _ in points], [y for _, y in points]
+        ax.plot(xs, ys, marker="o", linestyle=style, label=policy)
+    ax.set(xscale="log", xlabel="KV pool (tokens)", ylabel="hit rate", title=title)
+    ax.grid(True, alpha=0.3)
+    ax.legend(title="eviction policy")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    print(f"wrote {path}")
+    return True
+
+
+def _pyplot() -> Any:
+    """matplotlib's pyplot on the Agg backend, or ``None`` when matplotlib is absent."""
+    try:
+        import matplotlib  # type: ignore[import-not-found, unused-ignore]  # optional, no stubs
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt  # type: ignore[import-not-found, unused-ignore]  # optional, no stubs
+    except ImportError:
+        return None
+    return plt
 
 
 def _progress_bar(total: int) -> Callable[[int], None]:
@@ -538,12 +691,8 @@ def _plot(args: argparse.Namespace, cfg: WorkloadConfig, path: Path) -> None:
         )
         speed.append((length, report.requests_per_s))
         print(f"  prompt {length:>6}: {report.requests_per_s:,.0f} req/s", file=sys.stderr)
-    try:
-        import matplotlib  # type: ignore[import-not-found, unused-ignore]  # optional, no stubs
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt  # type: ignore[import-not-found, unused-ignore]  # optional, no stubs
-    except ImportError:
+    plt = _pyplot()
+    if plt is None:
         csv = path.with_suffix(".csv")
         lines = ["series,x,y"]
         lines += [f"hit_rate_vs_pool_tokens,{x},{y:.6f}" for x, y in capacity]
