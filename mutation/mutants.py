@@ -481,7 +481,7 @@ MUTANTS: tuple[Mutant, ...] = (
 # direct checks of copy-on-write with a full state pool and of the pools' bounds.
 ALLOCATOR = "src/radixkv/allocator.py"
 STATE_POOL = "src/radixkv/mamba_pool.py"
-MAMBA_EXAMPLES = "tests/test_mamba_cache.py"
+MAMBA_EXAMPLES = "tests/test_mamba_cache.py tests/test_mamba_cow_exhaustion.py"
 ALLOCATOR_EXAMPLES = "tests/test_allocator.py"
 
 KIT_FAMILIES: tuple[Mutant, ...] = (
