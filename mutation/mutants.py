@@ -98,8 +98,8 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "insert-overwrites-cached-indices",
         CACHE,
-        "        node = settled or self.root\n",
-        "        node = settled or self.root\n"
+        "        node = cached_end = settled or self.root\n",
+        "        node = cached_end = settled or self.root\n"
         "        if matched:\n"
         "            node.value = indices[matched - len(node) : matched].clone()\n",
     ),
@@ -151,8 +151,8 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "match-does-not-refresh-recency",
         CACHE,
-        "        node = path[-1] if path else self.root\n        self.tree.touch(node)\n",
-        "        node = path[-1] if path else self.root\n",
+        "re-queues the leaf (LFU)\n        self.tree.touch(node)\n",
+        "re-queues the leaf (LFU)\n",
         # The ci machine no longer finds this one (on 7f00910 either): the recency tests do.
         f"{RADIX_MACHINE} tests/test_evict.py",
     ),
@@ -237,7 +237,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "tree-lru-leaf-takes-stale-entry",
         TREE,
-        "            if recency == leaf.recency() and leaf in self.leaves:",
+        "            if key == order(leaf) and leaf in self.leaves:",
         "            if leaf in self.leaves:",
         # A stale entry of a since-touched leaf: the ci machine rarely evicts right after a
         # touch that reorders two leaves; the LRU example tests do.
@@ -372,8 +372,9 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "mamba-exist-true-for-an-ancestor",
         MAMBA,
-        "        mamba_exist = False\n",
-        "        mamba_exist = any(self._mamba(n).mamba_value is not None for n in walk.path)\n",
+        "        mamba_exist, cached_end = False, node\n",
+        "        mamba_exist = any(self._mamba(n).mamba_value is not None for n in walk.path)\n"
+        "        cached_end = node\n",
         MAMBA_MACHINE,
     ),
     Mutant(
@@ -527,37 +528,35 @@ MUTANTS: tuple[Mutant, ...] = (
 # direct checks of copy-on-write with a full state pool and of the pools' bounds.
 ALLOCATOR = "src/radixkv/allocator.py"
 STATE_POOL = "src/radixkv/mamba_pool.py"
-MAMBA_EXAMPLES = "tests/test_mamba_cache.py tests/test_pools.py"
+MAMBA_EXAMPLES = "tests/test_mamba_cache.py tests/test_pools.py tests/test_mamba_cow_exhaustion.py"
 ALLOCATOR_EXAMPLES = "tests/test_allocator.py"
 
 KIT_FAMILIES: tuple[Mutant, ...] = (
     Mutant(
         "caller-buffer-kept-as-view",
         CACHE,
-        "        if not self.supports_swa:  # a private copy of just the part the tree keeps\n"
-        "            value = value.clone()",
-        "        if not self.supports_swa:  # a private copy of just the part the tree keeps\n"
-        "            value = value",
+        "        return self.tree.add_leaf(parent, new, extra_key, value[live_from:].clone())",
+        "        return self.tree.add_leaf(parent, new, extra_key, value[live_from:])",
     ),
     Mutant(
         "swa-caller-buffer-kept-as-view",
-        CACHE,
-        "        value = aligned_value(data, value, self.device, copy=self.supports_swa)",
-        "        value = aligned_value(data, value, self.device, copy=False)",
-        SWA_MACHINE,
+        SWA,
+        "            node.value = incoming.clone()  # a private copy",
+        "            node.value = incoming  # a private copy",
+        SWA_MACHINE_AND_EXAMPLES,
     ),
     Mutant(
         "mamba-caller-buffer-kept-as-view",
         MAMBA,
-        "            value = aligned_value(data, value, self.device)",
-        "            value = aligned_value(data, value, self.device, copy=False)",
+        "found.extra_key, indices[matched:].clone())",
+        "found.extra_key, indices[matched:])",
         MAMBA_MACHINE,
     ),
     Mutant(
         "heap-rebuild-drops-a-leaf",
-        CACHE,
-        "            heap[:] = [(n.recency(), n) for n in self._leaves]",
-        "            heap[:] = [(n.recency(), n) for n in list(self._leaves)[1:]]",
+        TREE,
+        "            heap[:] = [(order(n), n) for n in self.leaves]",
+        "            heap[:] = [(order(n), n) for n in list(self.leaves)[1:]]",
     ),
     Mutant(
         "cow-at-exhaustion-makes-no-room",
@@ -591,4 +590,78 @@ KIT_FAMILIES: tuple[Mutant, ...] = (
     ),
 )
 
-MUTANTS = MUTANTS + KIT_FAMILIES
+EVICTION = "src/radixkv/eviction.py"
+POLICY_TESTS = "tests/test_eviction_policies.py tests/test_policy_profiles.py"
+# Eviction policies (SPEC.md §6a): one bug per policy, and the lazy heap under a changing key.
+POLICY_FAMILY: tuple[Mutant, ...] = (
+    Mutant(
+        "lfu-ignores-hit-counts",
+        EVICTION,
+        "        return (node.hit_count, node.last_access_time, node.id)",
+        "        return (0, node.last_access_time, node.id)",
+        POLICY_TESTS,
+    ),
+    Mutant(
+        "lfu-hit-counted-after-the-touch",
+        CACHE,
+        "        for visited in path:\n"
+        "            visited.hit_count += 1  # before the touch, which re-queues the leaf (LFU)\n"
+        "        self.tree.touch(node)\n",
+        "        self.tree.touch(node)\n"
+        "        for visited in path:\n"
+        "            visited.hit_count += 1\n",
+        POLICY_TESTS,
+    ),
+    Mutant(
+        "fifo-orders-by-node-id",
+        EVICTION,
+        "        return (node.birth, node.id)",
+        "        return (node.id,)",
+        POLICY_TESTS,
+    ),
+    Mutant(
+        "fifo-split-upper-gets-a-new-birth",
+        TREE,
+        "    upper.birth = node.birth  # the same insert added both halves (FIFO)\n",
+        "",
+        POLICY_TESTS,
+    ),
+    Mutant(
+        "mru-evicts-least-recent",
+        EVICTION,
+        "        return (-node.last_access_time, -node.id)",
+        "        return (node.last_access_time, -node.id)",
+        POLICY_TESTS,
+    ),
+    Mutant(
+        "priority-ignored-by-insert",
+        CACHE,
+        "        apply_priority(node, cached_end, priority)  # before the touch: it re-queues"
+        " the leaf\n",
+        "",
+        POLICY_TESTS,
+    ),
+    Mutant(
+        "priority-lowered-by-a-reinsert",
+        EVICTION,
+        "        node.priority = max(node.priority, priority)",
+        "        node.priority = priority",
+        POLICY_TESTS,
+    ),
+    Mutant(
+        "priority-of-new-nodes-left-at-zero",
+        EVICTION,
+        "        node.priority = priority\n        node = node.parent\n",
+        "        node = node.parent\n",
+        POLICY_TESTS,
+    ),
+    Mutant(
+        "priority-ties-broken-most-recent-first",
+        EVICTION,
+        "        return (node.priority, node.last_access_time, node.id)",
+        "        return (node.priority, -node.last_access_time, node.id)",
+        POLICY_TESTS,
+    ),
+)
+
+MUTANTS = MUTANTS + KIT_FAMILIES + POLICY_FAMILY

@@ -48,7 +48,7 @@ def tree_positions(cache: RadixCache | MambaRadixCache) -> set[Position]:
 
 def trie_positions(root: TrieNode, page_size: int) -> set[Position]:
     out: set[Position] = set()
-    stack: list[tuple[TrieNode, tuple[Any, ...]]] = [(root, ())]
+    stack: list[tuple[TreeNode, tuple[Any, ...]]] = [(root, ())]
     while stack:
         node, path = stack.pop()
         for child in node.children.values():

@@ -27,7 +27,14 @@ from typing import Literal, TypeAlias
 
 from radixkv_spec.invariants import SpecViolation, holds, require
 from radixkv_spec.model import cached_len, child_paths, page_prefixes, path_indices, validate_index
-from radixkv_spec.policies import DEEPEST_STATE, LRU_LEAVES, MambaMatchPolicy, VictimOrder
+from radixkv_spec.policies import (
+    DEEPEST_STATE,
+    LRU_LEAVES,
+    READS_LEAF_FACTS,
+    LeafFacts,
+    MambaMatchPolicy,
+    VictimOrder,
+)
 from radixkv_spec.tokens import (
     Namespace,
     Token,
@@ -114,6 +121,8 @@ class MambaCacheModel:
         pre: page_size >= 1
         """
         require(page_size >= 1, f"page_size must be >= 1, got {page_size}")
+        # The Mamba model ranks by recency only: no order that reads hits, births, priorities
+        require(victims not in READS_LEAF_FACTS, f"the Mamba model cannot judge {victims.name}")
         self.page_size = page_size
         self.victims = victims
         self.matching = matching
@@ -411,8 +420,8 @@ class _Eviction:
         holds(position in candidates, "INV-35", f"victim {position!r} is not a candidate")
         ranks = {pos: rank for rank, pos in enumerate(sorted(candidates, key=self.m.key))}
         # Ties in (tick, depth) share a rank: the LRU order is total up to them
-        bounds = [(self._rank(ranks, pos), self._rank(ranks, pos)) for pos in candidates]
-        victim = (self._rank(ranks, position),) * 2
+        bounds = [LeafFacts(*(self._rank(ranks, pos),) * 2) for pos in candidates]
+        victim = LeafFacts(*(self._rank(ranks, position),) * 2)
         admitted = self.m.victims.admissible(victim, bounds)
         holds(admitted, "INV-35", f"victim {position!r} is not {self.m.victims.name}")
 

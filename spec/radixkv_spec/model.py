@@ -14,6 +14,9 @@ page-aligned prefixes. Besides the map the model keeps, per position:
 
 * ``recency``: the tick of the last match or insert whose path went through it;
 * ``born``: the tick of the insert that (last) added it;
+* ``hits``: how many matches returned a path through it since it was added;
+* ``priority``: the highest ``priority`` of the inserts whose key covered it since it was
+  added (the adding one included);
 
 and ``handles``, a ``Counter`` of outstanding lock handles per position. ``clock`` is the
 model's logical clock: each match, insert and reset takes the next tick. Only the order
@@ -32,7 +35,7 @@ from collections.abc import Mapping, Sequence
 from typing import TypeAlias
 
 from radixkv_spec.invariants import SpecViolation, holds, require
-from radixkv_spec.policies import LRU_LEAVES, VictimOrder
+from radixkv_spec.policies import LRU_LEAVES, LeafFacts, VictimOrder
 from radixkv_spec.tokens import (
     MAX_TOKEN_ID,
     Namespace,
@@ -127,6 +130,8 @@ class PrefixCacheModel:
         self.recency: dict[Position, int] = {}
         self.latest: dict[Position, int] = {}
         self.born: dict[Position, int] = {}
+        self.hits: Counter[Position] = Counter()
+        self.priority: dict[Position, int] = {}
         self.handles: Counter[Position] = Counter()
         self.clock = 0
         self.last_reset = 0
@@ -228,14 +233,23 @@ class PrefixCacheModel:
         key = aligned(validate_tokens(tokens), self.page_size)
         path = key[: cached_len(self.table(ns), key, self.page_size)]
         self._touch(ns, path, self._tick())
+        for q in page_prefixes(path, self.page_size):
+            self.hits[(ns, q)] += 1
         return self.indices_of(ns, path)
 
-    def insert(self, extra_key: Namespace, tokens: Sequence[Token], indices: Sequence[int]) -> int:
+    def insert(
+        self,
+        extra_key: Namespace,
+        tokens: Sequence[Token],
+        indices: Sequence[int],
+        priority: int = 0,
+    ) -> int:
         """Cache the whole pages of ``tokens``; return how many of them were cached already.
 
         The cache keeps the indices it holds for the cached prefix and adopts
         ``indices[i]`` only where it held nothing. Takes one tick and stamps the whole
-        inserted path with it. Raises (before any change) ``TypeError`` / ``ValueError``
+        inserted path with it. New pages take ``priority``; cached ones on the key keep
+        the higher of theirs and it. Raises (before any change) ``TypeError`` / ``ValueError``
         for a bad key or index, and ``SpecUsageError`` if ``indices`` is shorter than the
         aligned key or an adopted index is already cached.
         """
@@ -252,6 +266,8 @@ class PrefixCacheModel:
         for path in page_prefixes(key, self.page_size)[prefix_len // self.page_size :]:
             self._add_page(ns, path, values[len(path) - self.page_size : len(path)], tick)
         self._touch(ns, key, tick)
+        for q in page_prefixes(key, self.page_size):
+            self.priority[(ns, q)] = max(self.priority.get((ns, q), priority), priority)
         return prefix_len
 
     def lock(
@@ -324,6 +340,8 @@ class PrefixCacheModel:
         self.recency.clear()
         self.latest.clear()
         self.born.clear()
+        self.hits.clear()
+        self.priority.clear()
         self.handles.clear()
         return freed
 
@@ -338,6 +356,8 @@ class PrefixCacheModel:
         holds(set(self.recency) == set(self.positions()), "INV-8", "recency out of sync")
         holds(set(self.latest) == set(self.recency), "INV-8", "latest ticks out of sync")
         holds(set(self.born) == set(self.positions()), "INV-8", "birth ticks out of sync")
+        holds(set(self.priority) == set(self.born), "INV-8", "priorities out of sync")
+        holds(set(self.hits) <= set(self.born), "INV-8", "hit counts out of sync")
         for (ns, path), count in self.handles.items():
             # INV-5: handles are positive counts at cached positions
             holds(count > 0 and self.has_page(ns, path), "INV-5", f"bad handle at {path!r}")
@@ -381,6 +401,7 @@ class PrefixCacheModel:
         self.pages.setdefault(ns, {})[path] = page
         self.born[(ns, path)] = tick
         self.recency[(ns, path)] = self.latest[(ns, path)] = tick
+        self.hits.pop((ns, path), None)  # a page added again starts over
 
     def _drop_page(self, ns: Namespace, path: PagePath) -> None:
         del self.pages[ns][path]
@@ -389,6 +410,8 @@ class PrefixCacheModel:
         del self.recency[(ns, path)]
         del self.latest[(ns, path)]
         del self.born[(ns, path)]
+        self.hits.pop((ns, path), None)
+        del self.priority[(ns, path)]
 
     def _index_owners(self) -> dict[int, tuple[Namespace, PagePath, int]]:
         """Every cached index, mapped to its page position and its offset in the page."""
@@ -422,6 +445,8 @@ class PrefixCacheModel:
         self.recency = dict(other.recency)
         self.latest = dict(other.latest)
         self.born = dict(other.born)
+        self.hits = Counter(other.hits)
+        self.priority = dict(other.priority)
         self.handles = Counter(other.handles)
         self.clock = other.clock
         self.last_reset = other.last_reset
@@ -465,14 +490,21 @@ class PrefixCacheModel:
         holds(not locked, "INV-11", f"victim ending at {leaf!r} is locked")
         # INV-11: the victim is one the engine's victim order admits (LRU: the least
         # recently used evictable leaf, ties allowed)
-        candidates = [self._recency_bounds(pos) for pos in self.evictable_leaves()]
-        admitted = self.victims.admissible(self._recency_bounds((ns, leaf)), candidates)
+        candidates = [self.leaf_facts(pos) for pos in self.evictable_leaves()]
+        admitted = self.victims.admissible(self.leaf_facts((ns, leaf)), candidates)
         holds(admitted, "INV-11", f"victim {leaf!r} is not {self.victims.name}")
         for _, path in run:
             self._drop_page(ns, path)
 
-    def _recency_bounds(self, position: Position) -> tuple[int, int]:
-        return self.recency[position], self.latest[position]
+    def leaf_facts(self, position: Position) -> LeafFacts:
+        """What a victim order may know about the cached page ``position``."""
+        return LeafFacts(
+            self.recency[position],
+            self.latest[position],
+            self.hits[position],
+            self.born[position],
+            self.priority[position],
+        )
 
     def _victim_run(self, group: tuple[int, ...]) -> list[Position]:
         """The positions a freed group held, checked to be whole pages along one path."""

@@ -13,10 +13,27 @@ groups every policy (``radixkv_conformance.profile.Profile``).
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 Recency = tuple[int, int]
 """A page's recency as (earliest, latest) tick it may carry: equal under a policy whose
 refreshes are all known; wider when a policy allows refreshes the model cannot pin down."""
+
+
+class LeafFacts(NamedTuple):
+    """What a victim order may know about an evictable leaf page (the plain model's view).
+
+    The first two fields are its ``Recency``, so an LRU order reads any of them alike.
+    ``hits``: matches whose returned path covered the page since it was (last) added;
+    ``born``: the tick of the insert that added it; ``priority``: the highest ``priority``
+    of the inserts whose key covered it since then (the one that added it included).
+    """
+
+    earliest: int
+    latest: int
+    hits: int = 0
+    born: int = 0
+    priority: int = 0
 
 
 @dataclass(frozen=True)
@@ -26,7 +43,7 @@ class LruLeaves:
     name: str = "lru"
     refreshes_split_remainder: bool = False
 
-    def admissible(self, victim: Recency, candidates: Sequence[Recency]) -> bool:
+    def admissible(self, victim: LeafFacts, candidates: Sequence[LeafFacts]) -> bool:
         """Whether a leaf of recency ``victim`` may go first among ``candidates`` (itself
         included).
 
@@ -48,7 +65,7 @@ class LruSplitRefreshesBoth:
     name: str = "lru-split-refreshes-both"
     refreshes_split_remainder: bool = True
 
-    def admissible(self, victim: Recency, candidates: Sequence[Recency]) -> bool:
+    def admissible(self, victim: LeafFacts, candidates: Sequence[LeafFacts]) -> bool:
         """pre: victim in candidates"""
         return victim[0] <= min(c[1] for c in candidates)
 
@@ -60,15 +77,85 @@ class AnyLeaf:
     name: str = "any"
     refreshes_split_remainder: bool = False
 
-    def admissible(self, victim: Recency, candidates: Sequence[Recency]) -> bool:
+    def admissible(self, victim: LeafFacts, candidates: Sequence[LeafFacts]) -> bool:
         """pre: victim in candidates"""
         return True
 
 
-VictimOrder = LruLeaves | LruSplitRefreshesBoth | AnyLeaf
+@dataclass(frozen=True)
+class LfuLeaves:
+    """A victim has the fewest hits among the evictable leaves, and among those is least
+    recently used (ties in recency in any order). The model must know hit counts
+    (``LeafFacts.hits``); radixkv's ``eviction_policy="lfu"``."""
+
+    name: str = "lfu"
+    refreshes_split_remainder: bool = False
+
+    def admissible(self, victim: LeafFacts, candidates: Sequence[LeafFacts]) -> bool:
+        """pre: victim in candidates"""
+        return (victim.hits, victim.earliest) <= min((c.hits, c.earliest) for c in candidates)
+
+
+@dataclass(frozen=True)
+class FifoLeaves:
+    """A victim is the evictable leaf whose pages were inserted first (``LeafFacts.born``;
+    both halves of a split keep the insert's tick); radixkv's ``eviction_policy="fifo"``."""
+
+    name: str = "fifo"
+    refreshes_split_remainder: bool = False
+
+    def admissible(self, victim: LeafFacts, candidates: Sequence[LeafFacts]) -> bool:
+        """pre: victim in candidates"""
+        return victim.born <= min(c.born for c in candidates)
+
+
+@dataclass(frozen=True)
+class MruLeaves:
+    """A victim is a *most* recently used evictable leaf (ties in any order); radixkv's
+    ``eviction_policy="mru"``."""
+
+    name: str = "mru"
+    refreshes_split_remainder: bool = False
+
+    def admissible(self, victim: LeafFacts, candidates: Sequence[LeafFacts]) -> bool:
+        """pre: victim in candidates"""
+        return victim.latest >= max(c.earliest for c in candidates)
+
+
+@dataclass(frozen=True)
+class PriorityLeaves:
+    """A victim has the lowest priority among the evictable leaves, and among those is
+    least recently used (``LeafFacts.priority``: the highest priority of the inserts that
+    covered the page); radixkv's ``eviction_policy="priority"``."""
+
+    name: str = "priority"
+    refreshes_split_remainder: bool = False
+
+    def admissible(self, victim: LeafFacts, candidates: Sequence[LeafFacts]) -> bool:
+        """pre: victim in candidates"""
+        lowest = min((c.priority, c.earliest) for c in candidates)
+        return (victim.priority, victim.earliest) <= lowest
+
+
+VictimOrder = (
+    LruLeaves
+    | LruSplitRefreshesBoth
+    | AnyLeaf
+    | LfuLeaves
+    | FifoLeaves
+    | MruLeaves
+    | PriorityLeaves
+)
 LRU_LEAVES = LruLeaves()
 LRU_SPLIT_REFRESHES_BOTH = LruSplitRefreshesBoth()
 ANY_LEAF = AnyLeaf()
+LFU_LEAVES = LfuLeaves()
+FIFO_LEAVES = FifoLeaves()
+MRU_LEAVES = MruLeaves()
+PRIORITY_LEAVES = PriorityLeaves()
+READS_LEAF_FACTS = (LFU_LEAVES, FIFO_LEAVES, MRU_LEAVES, PRIORITY_LEAVES)
+"""The victim orders that read more than recency: only the plain model (``model.py``)
+judges them; the SWA and Mamba models know recency alone."""
 
 
 @dataclass(frozen=True)

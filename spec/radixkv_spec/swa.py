@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import TypeAlias
 
 from radixkv_spec.invariants import holds, require
-from radixkv_spec.policies import LRU_LEAVES, VictimOrder
+from radixkv_spec.policies import LRU_LEAVES, READS_LEAF_FACTS, LeafFacts, VictimOrder
 from radixkv_spec.tokens import Namespace, Token, aligned, extends
 
 PagePath: TypeAlias = tuple[Token, ...]
@@ -49,6 +49,8 @@ class SlidingWindowModel:
     """Pages, tombstones, lock handles and recency of a RadixCache with a window."""
 
     def __init__(self, page_size: int, window: int, victims: VictimOrder = LRU_LEAVES) -> None:
+        # The SWA model knows recency only: no order that reads hits, births or priorities
+        require(victims not in READS_LEAF_FACTS, f"the SWA model cannot judge {victims.name}")
         self.page_size = page_size
         self.window = window
         self.victims = victims
@@ -261,8 +263,8 @@ class SlidingWindowModel:
 
     def _admissible(self, victim: Position, among: list[Position]) -> bool:
         """The victim order's verdict (recency is exact here: no widened bounds)."""
-        ticks = [(self.recency[q], self.recency[q]) for q in among]
-        return self.victims.admissible((self.recency[victim],) * 2, ticks)
+        ticks = [LeafFacts(self.recency[q], self.recency[q]) for q in among]
+        return self.victims.admissible(LeafFacts(*(self.recency[victim],) * 2), ticks)
 
     def _evictable_leaves(self) -> list[Position]:
         return [q for q in self.pages if not self.children(q) and not self.is_locked(q)]

@@ -20,6 +20,7 @@ from radixkv.errors import (
     TokenTypeError,
     UsageError,
 )
+from radixkv.eviction import POLICIES, EvictionPolicy
 from radixkv.hashing import hash_bytes, hash_to_int64, hash_token_ids, namespace_seed
 from radixkv.lru_list import LRUList
 from radixkv.mamba_node import MambaTreeNode
@@ -30,10 +31,12 @@ from radixkv.radix_trie import RadixTrie, TrieNode
 from radixkv.tree import TreeNode
 
 __all__ = [
+    "POLICIES",
     "BasePrefixCache",
     "ChunkCache",
     "DoubleFreeError",
     "EvictResult",
+    "EvictionPolicy",
     "InsertResult",
     "InvariantViolation",
     "KVIndexAllocator",

@@ -24,6 +24,13 @@ def require_int(name: str, value: object, minimum: int) -> int:
     return value
 
 
+def require_any_int(name: str, value: object) -> int:
+    """``value`` as an int of any sign (not a bool), or a usage error."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TokenTypeError(f"{name} must be an int, got {type(value).__name__}")
+    return value
+
+
 def page_align(n: int, page_size: int) -> int:
     """The largest multiple of ``page_size`` not above ``n``."""
     return n // page_size * page_size
@@ -38,13 +45,15 @@ class InsertKeywords(NamedTuple):
     """The keywords every cache's ``insert`` takes (one calling convention, SPEC.md).
 
     ``prev_prefix_len`` and ``swa_evicted_seqlen`` matter only with a sliding window;
-    ``mamba_slot`` (the ``mamba_value`` keyword) only to MambaRadixCache. A cache for
-    which a keyword has no meaning still checks it, so a caller bug never hides.
+    ``mamba_slot`` (the ``mamba_value`` keyword) only to MambaRadixCache; ``priority``
+    (any int, default 0) only to a tree cache built with ``eviction_policy="priority"``.
+    A cache for which a keyword has no meaning still checks it, so a caller bug never hides.
     """
 
     prev_prefix_len: int
     swa_evicted_seqlen: int
     mamba_slot: int | None
+    priority: int
 
 
 def insert_keywords(kwargs: dict[str, Any]) -> InsertKeywords:
@@ -53,11 +62,13 @@ def insert_keywords(kwargs: dict[str, Any]) -> InsertKeywords:
     prev = options.pop("prev_prefix_len", 0)
     evicted = options.pop("swa_evicted_seqlen", 0)
     slot = options.pop("mamba_value", None)
+    priority = options.pop("priority", 0)
     reject_unknown(options)
     return InsertKeywords(
         require_int("prev_prefix_len", prev, 0),
         require_int("swa_evicted_seqlen", evicted, 0),
         state_slot(slot),
+        require_any_int("priority", priority),
     )
 
 

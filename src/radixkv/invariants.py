@@ -28,7 +28,7 @@ def check_tree(tree: Tree[Any]) -> None:
     leaves = {n for n in tree.nodes() if tree.is_evictable_leaf(n)}
     require("INV-6", tree.leaves == leaves, "the evictable-leaf set is stale")
     queued = tree.queued()
-    fresh = all((n.recency(), id(n)) in queued for n in leaves)
+    fresh = all((tree.policy.key(n), id(n)) in queued for n in leaves)
     require("INV-6", fresh, "an evictable leaf is missing from the eviction heap")
 
 

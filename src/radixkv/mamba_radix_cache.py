@@ -39,6 +39,7 @@ from radixkv.base import (
 )
 from radixkv.errors import LockError, UsageError
 from radixkv.events import EventListener, PageEvents
+from radixkv.eviction import EvictionPolicy, apply_priority, resolve_policy
 from radixkv.invariants import check_tree
 from radixkv.keys import KeyData, read_key, token_count
 from radixkv.lru_list import LRUList
@@ -78,6 +79,9 @@ class MambaRadixCache(BasePrefixCache):
     ``token_to_kv_pool_allocator.free`` receives every KV index the cache lets go,
     ``mamba_pool.free_track_slot`` every state slot, ``on_node_evict`` the id of every
     deleted node. ``clock`` stamps recency (default: a per-cache counter).
+    ``eviction_policy`` orders the leaves ``evict`` deletes to free KV (as RadixCache's:
+    ``"lru"`` by default, eviction.py); states freed to make room for states (phase 2)
+    go least recently used first whatever the policy.
     """
 
     def __init__(
@@ -89,13 +93,15 @@ class MambaRadixCache(BasePrefixCache):
         *,
         clock: Callable[[], float] | None = None,
         event_listener: EventListener | None = None,
+        eviction_policy: str | EvictionPolicy = "lru",
     ) -> None:
         self.page_size = require_int("page_size", page_size, 1)
+        policy = resolve_policy(eviction_policy)
         self.token_to_kv_pool_allocator = token_to_kv_pool_allocator
         self.mamba_pool: MambaPool | None = mamba_pool
         self.on_node_evict = on_node_evict
         self.device = torch.device(getattr(token_to_kv_pool_allocator, "device", "cpu"))
-        self.tree: Tree[MambaTreeNode] = Tree(MambaTreeNode, page_size, self.device, clock)
+        self.tree: Tree[MambaTreeNode] = Tree(MambaTreeNode, page_size, self.device, clock, policy)
         self.tree.on_added.append(self._added)
         self.tree.on_deleted.append(self._deleted)
         self.tree.on_split.append(self._split)
@@ -186,9 +192,9 @@ class MambaRadixCache(BasePrefixCache):
         if cow_slot is None and last.slot is not None and self.mamba_pool is not None:
             path, last = [], self.root  # no slot to copy the state into: a hit is unusable
         prefix_len = sum(len(n) for n in path)
-        self._touch(last)
         for node in path:
-            node.hit_count += 1
+            node.hit_count += 1  # before the touch, which re-queues the leaf (LFU)
+        self._touch(last)
         values = [n.value for n in path if n.value is not None]
         return MambaMatchResult(
             indices=torch.cat(values) if values else empty_indices(self.device),
@@ -233,7 +239,8 @@ class MambaRadixCache(BasePrefixCache):
         slot (a leaf without state could never be matched). ``prev_prefix_len`` and
         ``swa_evicted_seqlen`` are checked and mean nothing here: there is no sliding window.
         """
-        slot = insert_keywords({**kwargs, "mamba_value": mamba_value}).mamba_slot
+        keywords = insert_keywords({**kwargs, "mamba_value": mamba_value})
+        slot = keywords.mamba_slot
         with read_key(key, self.page_size, self.tree.packed) as found:
             indices = aligned_value(found, value, self.device)
             walk = self.tree.descend(found)
@@ -244,7 +251,7 @@ class MambaRadixCache(BasePrefixCache):
         if walk.partial is not None:
             node = self.tree.split(self._mamba(walk.partial), walk.partial_len)
             matched += walk.partial_len
-        mamba_exist = False
+        mamba_exist, cached_end = False, node
         if new:
             assert slot is not None
             # A private copy: callers pass views of request rows they go on overwriting.
@@ -254,6 +261,7 @@ class MambaRadixCache(BasePrefixCache):
             mamba_exist = True
         elif slot is not None:
             self._adopt_state(node, slot)
+        apply_priority(node, cached_end, keywords.priority)  # before the touch (re-queues)
         self._touch(node)
         return InsertResult(prefix_len=matched, last_node=node, mamba_exist=mamba_exist)
 
@@ -299,14 +307,15 @@ class MambaRadixCache(BasePrefixCache):
         """Free at least ``num_tokens`` KV tokens, then states until ``swa_num_tokens``
         state *slots* were freed in all (the seed's name for the mamba target).
 
-        Phase 1 deletes the least recently used unlocked leaf with its state, then each
+        Phase 1 deletes the policy's first unlocked leaf (LRU by default) with its state, then each
         ancestor left a childless, unlocked tombstone. Phase 2 takes the least recently
         used node whose state has no lock: an inner node loses its state (a tombstone),
         a leaf is deleted as in phase 1. Whole nodes go, so counts may overshoot.
 
-        Phase 1 takes its leaves from the tree's evictable-leaf heap, the one recency
-        structure every cache evicts leaves from: with the per-cache clock no two leaves
-        share a tick, so it yields them in ``full_lru``'s order without scanning the list.
+        Phase 1 takes its leaves from the tree's evictable-leaf heap, the one structure
+        every cache evicts leaves from, in the eviction policy's order: under the default
+        LRU policy and the per-cache clock no two leaves share a tick, so it yields them in
+        ``full_lru``'s order without scanning the list.
         """
         require_int("num_tokens", num_tokens, 0)
         require_int("swa_num_tokens", swa_num_tokens, 0)

@@ -24,6 +24,7 @@ from radixkv.base import (
 )
 from radixkv.errors import LockError
 from radixkv.events import EventListener, PageEvents, node_page_hashes
+from radixkv.eviction import EvictionPolicy, apply_priority, resolve_policy
 from radixkv.invariants import check_tree
 from radixkv.keys import KeyData, read_key, span, token_count
 from radixkv.swa import FullAttention, SlidingWindow
@@ -40,6 +41,10 @@ class RadixCache(BasePrefixCache):
     part (swa.py): ``FullAttention``, or ``SlidingWindow`` with ``sliding_window_size``.
     ``event_listener`` receives a record for every page stored or removed and for every
     reset (``radixkv.events``); without one the cache hashes nothing.
+    ``eviction_policy`` picks which unlocked leaf ``evict`` deletes first: ``"lru"``
+    (default), ``"lfu"``, ``"fifo"``, ``"mru"``, ``"priority"`` (eviction.py), or a policy
+    object; with a sliding window it orders the full-KV leaf eviction (SWA tombstoning
+    stays least recently used first).
     """
 
     def __init__(
@@ -51,14 +56,16 @@ class RadixCache(BasePrefixCache):
         *,
         clock: Callable[[], float] | None = None,
         event_listener: EventListener | None = None,
+        eviction_policy: str | EvictionPolicy = "lru",
     ) -> None:
         require_int("page_size", page_size, 1)
+        policy = resolve_policy(eviction_policy)
         self.page_size = page_size
         self.sliding_window_size = sliding_window_size
         self.token_to_kv_pool_allocator = token_to_kv_pool_allocator
         self.on_node_evict = on_node_evict
         self.device = torch.device(getattr(token_to_kv_pool_allocator, "device", "cpu"))
-        self.tree: Tree[TreeNode] = Tree(TreeNode, page_size, self.device, clock)
+        self.tree: Tree[TreeNode] = Tree(TreeNode, page_size, self.device, clock, policy)
         # None unless someone listens: then every new node is hashed (SPEC.md, KV events)
         self._events = PageEvents.on(self.tree, event_listener)
         self._no_indices = empty_indices(self.device)  # a match of nothing
@@ -133,9 +140,9 @@ class RadixCache(BasePrefixCache):
         path = self._split_where_it_ends(walk)
         path = path[: self._attention.match_end(path)]
         node = path[-1] if path else self.root
-        self.tree.touch(node)
         for visited in path:
-            visited.hit_count += 1
+            visited.hit_count += 1  # before the touch, which re-queues the leaf (LFU)
+        self.tree.touch(node)
         values = [n.value for n in path if n.value is not None]
         indices = torch.cat(values) if values else self._no_indices
         return MatchResult(indices=indices, last_node=node, prefix_len=indices.numel())
@@ -165,11 +172,12 @@ class RadixCache(BasePrefixCache):
         ``[cache_protected_len, prefix_len)``. ``value=None`` uses the token ids as indices
         (a test convenience). ``prev_prefix_len`` and ``swa_evicted_seqlen`` only matter
         with a sliding window; ``mamba_value`` (the family's state slot keyword) is checked
-        and stays the caller's.
+        and stays the caller's. ``priority`` raises every node the key covers to at least
+        that priority (``eviction_policy="priority"`` evicts lower ones first).
         """
-        insert_keywords(
+        priority = insert_keywords(
             {"prev_prefix_len": prev_prefix_len, "swa_evicted_seqlen": swa_evicted_seqlen, **kwargs}
-        )
+        ).priority
         self._attention.check_insert(prev_prefix_len, swa_evicted_seqlen)
         with read_key(key, self.page_size, self.tree.packed) as found:
             # Not a copy: what the tree keeps it copies when it stores it.
@@ -179,11 +187,12 @@ class RadixCache(BasePrefixCache):
         path = self._split_where_it_ends(walk)
         matched = walk.end
         settled = self._attention.insert_overlap(path, indices, prev_prefix_len, swa_evicted_seqlen)
-        node = settled or self.root
+        node = cached_end = settled or self.root
         if new:
             node = self._add_suffix(
                 node, new, found.extra_key, indices, matched, swa_evicted_seqlen
             )
+        apply_priority(node, cached_end, priority)  # before the touch: it re-queues the leaf
         self.tree.touch(node)
         return InsertResult(prefix_len=matched, last_node=node)
 
@@ -214,7 +223,8 @@ class RadixCache(BasePrefixCache):
     # ---- eviction ----------------------------------------------------------------------
 
     def evict(self, num_tokens: int, swa_num_tokens: int = 0) -> EvictResult:
-        """Delete unlocked leaves, least recently used first, until ``num_tokens`` are freed.
+        """Delete unlocked leaves in the eviction policy's order (least recently used first
+        by default) until ``num_tokens`` are freed.
 
         A parent left childless becomes a candidate. Whole nodes go, so the count may
         overshoot by less than one node; it falls short only when nothing is evictable.

@@ -23,6 +23,7 @@ import torch
 
 from radixkv.base import RadixKey
 from radixkv.errors import StaleNodeError, TokenTypeError
+from radixkv.eviction import LRU, EvictionPolicy, SortKey
 from radixkv.keys import (
     KeyData,
     KeyRead,
@@ -44,10 +45,14 @@ class TreeNode:
     ``key`` rebuilds the seed's RadixKey from them. ``value`` is ``None`` once the node
     was evicted. ``lock_ref`` counts the lock handles
     held at this node or below it; ``held_locks`` counts those held at exactly this node,
-    which is what lets the cache reject an unlock that no lock matches.
+    which is what lets the cache reject an unlock that no lock matches. What the eviction
+    policies order by (eviction.py): ``last_access_time``, ``hit_count``, ``birth`` (the
+    id the node's tokens got when an insert added them; a split keeps it on both halves)
+    and ``priority`` (the highest ``priority=`` of the inserts whose key covered it).
     """
 
     __slots__ = (
+        "birth",
         "children",
         "data",
         "extra_key",
@@ -59,6 +64,7 @@ class TreeNode:
         "length",
         "lock_ref",
         "parent",
+        "priority",
         "swa_boundary_id",
         "swa_lock_ref",
         "swa_tombstone",
@@ -97,6 +103,8 @@ class TreeNode:
         self.swa_boundary_id: int | None = None
         self.last_access_time = last_access_time
         self.hit_count = 0
+        self.birth = node_id
+        self.priority = 0
         self.hash_values: list[str] | None = None
         self.id = node_id
 
@@ -186,6 +194,8 @@ def split_node(node: N, split_len: int, new_id: int, page_size: int) -> N:
     )
     upper.lock_ref = node.lock_ref
     upper.hit_count = node.hit_count
+    upper.birth = node.birth  # the same insert added both halves (FIFO)
+    upper.priority = node.priority
     if node.hash_values is not None:
         pages = split_len // page_size
         upper.hash_values = node.hash_values[:pages]
@@ -297,7 +307,9 @@ class Tree(Generic[N]):
     Sizes count tokens: ``evictable_size`` those in nodes no lock covers, ``protected_size``
     those in locked nodes. Recency is the clock's tick stamped on a touched path; the
     evictable leaves (unlocked, childless, not the root) are kept in a set, with a lazy
-    heap ordered by ``TreeNode.recency`` from which ``lru_leaf`` pops.
+    heap ordered by the eviction policy's key (eviction.py; LRU: ``TreeNode.recency``)
+    from which ``lru_leaf`` pops. A leaf's key changes only on a touched path, and
+    ``touch`` re-queues it, so callers update hits or priority *before* touching.
     """
 
     def __init__(
@@ -306,8 +318,10 @@ class Tree(Generic[N]):
         page_size: int,
         device: torch.device,
         clock: Callable[[], float] | None = None,
+        policy: EvictionPolicy = LRU,
     ) -> None:
         self.node_class = node_class
+        self.policy = policy
         self.page_size = page_size
         self.device = device
         self.clock = clock if clock is not None else itertools.count(1).__next__
@@ -319,7 +333,7 @@ class Tree(Generic[N]):
         self.evictable_size = 0
         self.protected_size = 0
         self.leaves: set[N] = set()
-        self._heap: list[tuple[tuple[float, int], N]] = []
+        self._heap: list[tuple[SortKey, N]] = []
 
     def _new_root(self) -> N:
         root = self.node_class(
@@ -430,11 +444,12 @@ class Tree(Generic[N]):
         return node is not self.root and not node.children and node.lock_ref == 0
 
     def lru_leaf(self) -> N | None:
-        """The least recently used evictable leaf (``TreeNode.recency``), or ``None``."""
-        heap = self._heap
+        """The evictable leaf the policy evicts first (LRU unless the cache was built with
+        another ``eviction_policy``), or ``None``."""
+        heap, order = self._heap, self.policy.key
         while heap:
-            recency, leaf = heap[0]
-            if recency == leaf.recency() and leaf in self.leaves:
+            key, leaf = heap[0]
+            if key == order(leaf) and leaf in self.leaves:
                 return leaf
             heapq.heappop(heap)  # stale: since touched, deleted, locked or given a child
         return None
@@ -451,13 +466,14 @@ class Tree(Generic[N]):
     def _push(self, node: N) -> None:
         heap = self._heap
         if len(heap) > 2 * len(self.leaves) + 64:  # mostly stale: rebuild
-            heap[:] = [(n.recency(), n) for n in self.leaves]
+            order = self.policy.key
+            heap[:] = [(order(n), n) for n in self.leaves]
             heapq.heapify(heap)
-        heapq.heappush(heap, (node.recency(), node))
+        heapq.heappush(heap, (self.policy.key(node), node))
 
-    def queued(self) -> set[tuple[tuple[float, int], int]]:
-        """``(recency, id(node))`` of every heap entry (for ``check_invariants``)."""
-        return {(recency, id(n)) for recency, n in self._heap}
+    def queued(self) -> set[tuple[SortKey, int]]:
+        """``(policy key, id(node))`` of every heap entry (for ``check_invariants``)."""
+        return {(key, id(n)) for key, n in self._heap}
 
     # ---- locks -----------------------------------------------------------------------------
 

@@ -651,15 +651,22 @@ class PlainRules(ConformanceMachine):
             return self.ref(got.handle, namespace, tokens[: len(expected)])
 
     def do_insert(
-        self, tokens: tuple[int, ...], namespace: Namespace, indices: tuple[int, ...]
+        self,
+        tokens: tuple[int, ...],
+        namespace: Namespace,
+        indices: tuple[int, ...],
+        priority: int | None = None,
     ) -> NodeRef:
         """Insert with the caller's ``indices``; the caller frees what the cache does not adopt.
 
         Indices the caller passes for an already cached prefix that differ from the cached
         ones are its duplicates: freed by the caller, or by the cache when the profile says
-        so. Indices past the aligned key are the caller's unaligned tail.
+        so. Indices past the aligned key are the caller's unaligned tail. ``priority`` (an
+        adapter with capability ``priority``) is the insert's eviction priority.
         """
         step = self.log("insert", tokens=list(tokens), namespace=namespace, indices=list(indices))
+        options = {} if priority is None else {"priority": priority}
+        step.update(options)
         with self.checking("insert"):
             self.next_index = max(self.next_index, max(indices, default=-1) + 1)
             profile, p = self.profile, self.page_size
@@ -669,9 +676,10 @@ class PlainRules(ConformanceMachine):
                 table = self.model.table(namespace)
                 held = self.model.indices_of(namespace, key[: cached_len(table, key, p)])
             seen = len(self.events)
-            got = as_inserted(self.sut.insert(tokens, namespace, indices))
+            got = as_inserted(self.sut.insert(tokens, namespace, indices, **options))
             self.scribble_caller_buffers()
-            expected = self.model.insert(namespace, tokens, indices) if profile.stores else 0
+            stores = profile.stores
+            expected = self.model.insert(namespace, tokens, indices, **options) if stores else 0
             step["expect"] = {"prefix_len": expected}
             if profile.duplicates != "kept" or got.prefix_len is not None:
                 assert got.prefix_len == expected, (
@@ -731,7 +739,8 @@ class PlainRules(ConformanceMachine):
         """A caller with fresh indices for the whole key: it frees what the tree had."""
         namespace = self.draw_namespace(data)
         tokens = self.draw_tokens(data)
-        return self.do_insert(tokens, namespace, self.allocate(len(tokens)))
+        indices = self.allocate(len(tokens))
+        return self.do_insert(tokens, namespace, indices, self.draw_priority(data))
 
     @rule(target=ConformanceMachine.nodes, data=st.data())
     def extend_request(self, data: st.DataObject) -> NodeRef:
@@ -742,7 +751,14 @@ class PlainRules(ConformanceMachine):
         matched = tuple(self.trace[-1]["expect"]["indices"])  # do_match checked the cache's
         fresh = self.allocate(len(tokens) - len(matched))
         self.count("extend_request")
-        return self.do_insert(tokens, namespace, matched + fresh)
+        return self.do_insert(tokens, namespace, matched + fresh, self.draw_priority(data))
+
+    def draw_priority(self, data: st.DataObject) -> int | None:
+        """An insert's eviction priority (capability ``priority``), else none passed."""
+        if not self.has("priority"):
+            return None
+        self.count("insert with a priority")
+        return data.draw(st.integers(-1, 2), label="priority")
 
     @precondition(lambda self: self.session.profile.match_may_split)
     @rule(target=ConformanceMachine.nodes, data=st.data())

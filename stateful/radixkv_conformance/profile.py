@@ -20,9 +20,13 @@ from radixkv_spec.events import HashPolicy
 from radixkv_spec.policies import (
     ANY_LEAF,
     DEEPEST_STATE,
+    FIFO_LEAVES,
     FULL_KV,
+    LFU_LEAVES,
     LRU_LEAVES,
     LRU_SPLIT_REFRESHES_BOTH,
+    MRU_LEAVES,
+    PRIORITY_LEAVES,
     TAIL_PAGES,
     WHOLE_LEAVES,
     Eviction,
@@ -164,8 +168,43 @@ SGLANG = Profile(
     ),
 )
 
+RADIXKV_POLICIES: dict[str, Profile] = {
+    "lru": RADIXKV.but(name="radixkv-lru", notes="radixkv's RadixCache, eviction_policy='lru'."),
+    "lfu": RADIXKV.but(
+        name="radixkv-lfu",
+        victims=LFU_LEAVES,
+        notes="radixkv's RadixCache, eviction_policy='lfu': fewest hits first, then LRU.",
+    ),
+    "fifo": RADIXKV.but(
+        name="radixkv-fifo",
+        victims=FIFO_LEAVES,
+        notes="radixkv's RadixCache, eviction_policy='fifo': first inserted first.",
+    ),
+    "mru": RADIXKV.but(
+        name="radixkv-mru",
+        victims=MRU_LEAVES,
+        notes="radixkv's RadixCache, eviction_policy='mru': most recently used first.",
+    ),
+    "priority": RADIXKV.but(
+        name="radixkv-priority",
+        victims=PRIORITY_LEAVES,
+        notes="radixkv's RadixCache, eviction_policy='priority': lowest priority, then LRU.",
+    ),
+}
+"""radixkv's RadixCache under each eviction policy (``adapters/radixkv.py``'s
+``policy_lru`` ... ``policy_priority``: inserts there pass a drawn ``priority``)."""
+
 PROFILES: dict[str, Profile] = {
-    p.name: p for p in (RADIXKV, RADIXKV_SWA, RADIXKV_MAMBA, CHUNK_CACHE, MAX_RADIX_TRIE, SGLANG)
+    p.name: p
+    for p in (
+        RADIXKV,
+        RADIXKV_SWA,
+        RADIXKV_MAMBA,
+        CHUNK_CACHE,
+        MAX_RADIX_TRIE,
+        SGLANG,
+        *RADIXKV_POLICIES.values(),
+    )
 }
 """The built-in profiles, by name (``radixkv check --profile NAME``)."""
 

@@ -126,6 +126,7 @@ CAPABILITIES: dict[str, str] = {
     "caller_buffers": "the cache keeps no view of the caller's buffers: scribble()",
     "events": "KV events for routers (BlockStored / BlockRemoved / AllBlocksCleared): "
     "take_events()",
+    "priority": "insert takes an eviction priority: insert(..., priority=)",
 }
 
 
@@ -321,6 +322,7 @@ CAPABILITY_PROTOCOLS: dict[str, tuple[type[Any], dict[str, tuple[str, ...]]]] = 
     "on_node_evict": (NodeEventsAdapter, {}),
     "reset": (ResettableAdapter, {}),
     "caller_buffers": (CallerBuffersAdapter, {}),
+    "priority": (PrefixCacheAdapter, {"insert": ("priority",)}),
     "swa": (
         SwaAdapter,
         {"insert": ("prev_prefix_len", "swa_evicted_seqlen"), "evict": ("swa_num_tokens",)},

@@ -177,6 +177,7 @@ def _run_step(
 
 
 _MODE_FIELDS = {
+    ("plain", "insert"): ("priority",),
     ("swa", "insert"): ("prev_prefix_len", "swa_evicted_seqlen"),
     ("swa", "evict"): ("swa_num_tokens",),
     ("mamba", "insert"): ("state_slot",),

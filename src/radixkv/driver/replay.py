@@ -48,6 +48,7 @@ import torch
 from radixkv.base import RadixKey
 from radixkv.driver.workload import KINDS, Request, WorkloadConfig, generate, trace_digest
 from radixkv.events import EventListener, EventPublisher
+from radixkv.eviction import POLICIES
 from radixkv.radix_cache import RadixCache
 
 if TYPE_CHECKING:  # the events extra is optional: imported where --events asks for it
@@ -102,7 +103,9 @@ class ReplayCache(Protocol):
     def match(self, key: Any, limit: int, extra_key: str | None) -> tuple[int, Any, Any]:
         """(prefix_len, indices, node) of ``key[:limit]``."""
 
-    def insert(self, key: Any, extra_key: str | None, value: torch.Tensor) -> int: ...
+    def insert(
+        self, key: Any, extra_key: str | None, value: torch.Tensor, priority: int = 0
+    ) -> int: ...
 
     def lock(self, node: Any) -> Any: ...
 
@@ -119,10 +122,17 @@ class RadixkvReplay:
     name = "radixkv"
 
     def __init__(
-        self, page_size: int, pool: ReplayPool, event_listener: EventListener | None = None
+        self,
+        page_size: int,
+        pool: ReplayPool,
+        policy: str = "lru",
+        event_listener: EventListener | None = None,
     ) -> None:
         self.cache = RadixCache(
-            page_size, token_to_kv_pool_allocator=pool, event_listener=event_listener
+            page_size,
+            token_to_kv_pool_allocator=pool,
+            eviction_policy=policy,
+            event_listener=event_listener,
         )
 
     def prepare(self, tokens: list[int]) -> Any:
@@ -132,8 +142,10 @@ class RadixkvReplay:
         result = self.cache.match_prefix(RadixKey(memoryview(key)[:limit], extra_key))
         return result.prefix_len, result.indices, result.last_node
 
-    def insert(self, key: Any, extra_key: str | None, value: torch.Tensor) -> int:
-        return self.cache.insert(RadixKey(key, extra_key), value).prefix_len
+    def insert(
+        self, key: Any, extra_key: str | None, value: torch.Tensor, priority: int = 0
+    ) -> int:
+        return self.cache.insert(RadixKey(key, extra_key), value, priority=priority).prefix_len
 
     def lock(self, node: Any) -> Any:
         return self.cache.inc_lock_ref(node)
@@ -187,7 +199,10 @@ class SglangReplay:
         node = result.last_device_node
         return result.device_prefix_len, self.cache.path_device_indices(node), node
 
-    def insert(self, key: Any, extra_key: str | None, value: torch.Tensor) -> int:
+    def insert(
+        self, key: Any, extra_key: str | None, value: torch.Tensor, priority: int = 0
+    ) -> int:
+        """``priority`` is unused: sglang is replayed under its default policy, LRU."""
         params = self._base.InsertParams(key=self._rc.RadixKey(key, extra_key), value=value)
         return int(self.cache.insert(params).prefix_len)
 
@@ -216,6 +231,35 @@ CACHES: dict[str, CacheFactory] = {
 }
 
 
+POLICY_CACHES: dict[str, type[RadixkvReplay]] = {
+    "radixkv": RadixkvReplay,
+    "radixkv-list": RadixkvListReplay,
+}
+"""The caches ``--policy`` (radixkv's eviction policies, eviction.py) and ``--events`` apply to."""
+
+PRIORITY_BY_KIND = {"chat": 2, "fewshot": 2, "tot": 1, "namespaced": 1, "unique": 0}
+"""The ``priority=`` the replay gives each finished request's insert, by its kind: what a
+scheduler knows will recur (system prompts, few-shot templates) ranks above a
+tree-of-thought branch or a tenant's prompt, and a one-off prompt lowest. Only the
+``priority`` policy reads it; under the others it changes nothing."""
+
+
+def cache_factory(
+    cache_name: str, policy: str | None = None, events: EventListener | None = None
+) -> CacheFactory:
+    """The factory of ``cache_name``, built with eviction ``policy`` (``None``: its own
+    default) and an event listener; either for a cache without them is a ValueError."""
+    if policy is None and events is None:
+        return CACHES[cache_name]
+    if cache_name not in POLICY_CACHES:
+        wanted = "--policy" if policy is not None else "--events"
+        raise ValueError(f"{wanted} applies to {sorted(POLICY_CACHES)}, not {cache_name!r}")
+    if policy is not None and policy not in POLICIES:
+        raise ValueError(f"unknown policy {policy!r}; known: {sorted(POLICIES)}")
+    kind = POLICY_CACHES[cache_name]
+    return lambda page_size, pool: kind(page_size, pool, policy or "lru", events)
+
+
 def register_cache(name: str, factory: CacheFactory) -> None:
     """Make ``factory`` replayable as ``name`` (``replay(name, ...)``, ``--cache name``)."""
     CACHES[name] = factory
@@ -235,6 +279,7 @@ class ReplayReport:
     requests: int
     page_size: int
     pool_size: int
+    policy: str = "lru"
     seconds: dict[str, float] = field(default_factory=lambda: defaultdict(float))
     tokens: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     hits: dict[str, list[int]] = field(default_factory=dict)  # kind -> [matched, asked]
@@ -266,7 +311,7 @@ class ReplayReport:
     def render(self) -> str:
         lines = [
             f"{self.cache}: {self.requests} requests, page size {self.page_size}, "
-            f"pool {self.pool_size}",
+            f"pool {self.pool_size}, eviction policy {self.policy}",
             f"  requests/s (cache CPU time): {self.requests_per_s:,.0f}"
             f"   ({self.cache_seconds * 1e3:.1f} ms in cache calls)",
             f"  match  {self.throughput('match') / 1e6:8.1f} M tokens/s"
@@ -370,7 +415,8 @@ class _Scheduler:
         cache, report, pool = self.cache, self.report, self.pool
         for request, key, matched, kv, node, token in self.inflight:
             t = self.clock()
-            prefix_len = cache.insert(key, request.extra_key, kv)
+            priority = PRIORITY_BY_KIND.get(request.kind, 0)
+            prefix_len = cache.insert(key, request.extra_key, kv, priority)
             report.seconds["insert"] += self.clock() - t
             report.tokens["insert"] += len(kv)
             aligned = len(kv) // self.page_size * self.page_size
@@ -399,11 +445,13 @@ def replay(
     batch: int = 8,
     progress: Callable[[int], None] | None = None,
     device: torch.device | str = "cpu",
+    policy: str | None = None,
     events: EventPublisher | None = None,
 ) -> ReplayReport:
     """Drive ``cache_name`` through ``requests``; see the module docstring.
 
-    With ``events`` (radixkv's caches only) the cache reports its page changes to it, and
+    ``policy`` is radixkv's eviction policy (``None``: the cache's default, LRU). With
+    ``events`` (radixkv's caches only) the cache reports its page changes to it, and
     it publishes one batch per scheduler step: each batch of finished requests, and the
     final eviction. The listener's cost is inside the timed calls, as in a server.
 
@@ -412,8 +460,8 @@ def replay(
     device raises instead of stalling. Times are then the host side of each call.
     """
     pool = ReplayPool(pool_size, device)
-    cache = _make_cache(cache_name, page_size, pool, events)
-    report = ReplayReport(cache_name, 0, page_size, pool_size)
+    cache = cache_factory(cache_name, policy, events)(page_size, pool)
+    report = ReplayReport(cache_name, 0, page_size, pool_size, policy or "lru")
     scheduler = _Scheduler(cache, pool, report)
     scheduler.progress = progress
     scheduler.events = events
@@ -437,17 +485,6 @@ def replay(
     report.prefix_digest = scheduler.digest.hexdigest()
     report.peak_rss_growth = max(0, _maxrss() - rss0)
     return report
-
-
-def _make_cache(
-    cache_name: str, page_size: int, pool: ReplayPool, events: EventPublisher | None
-) -> ReplayCache:
-    if events is None:
-        return CACHES[cache_name](page_size, pool)
-    if cache_name not in ("radixkv", "radixkv-list"):
-        raise ValueError(f"--events needs one of radixkv's caches, not {cache_name!r}")
-    factory = RadixkvListReplay if cache_name == "radixkv-list" else RadixkvReplay
-    return factory(page_size, pool, event_listener=events)
 
 
 def bytes_per_token(cache_name: str, cfg: WorkloadConfig, page_size: int = 1) -> dict[str, float]:
@@ -508,6 +545,12 @@ def add_parser(commands: Any) -> None:
     cmd.add_argument(
         "--device", default="cpu", help="where the KV indices live (cuda: no host sync allowed)"
     )
+    cmd.add_argument(
+        "--policy",
+        choices=sorted(POLICIES),
+        default=None,
+        help="radixkv's eviction policy (default lru); priority reads PRIORITY_BY_KIND",
+    )
     cmd.add_argument("--no-progress", action="store_true")
     cmd.add_argument(
         "--events",
@@ -523,6 +566,12 @@ def add_parser(commands: Any) -> None:
         help="with --events: wait this long for a subscriber before replaying (0: don't)",
     )
     cmd.add_argument(
+        "--policy-plot",
+        metavar="FILE",
+        help="also replay the trace under every policy and pool size: a table, and a PNG of "
+        "hit rate against pool size per policy with matplotlib (else its data as CSV)",
+    )
+    cmd.add_argument(
         "--plot",
         metavar="FILE",
         help="also sweep pool size and prompt length; a PNG with matplotlib, else CSV",
@@ -534,6 +583,9 @@ def command(args: argparse.Namespace) -> int:
     torch.set_num_threads(1)  # the benchmark's setting; the library never changes it
     cfg = WorkloadConfig(seed=args.seed, requests=args.requests, prompt_len=args.prompt_len)
     pool = args.pool_size or args.prompt_len * 48
+    if args.policy is not None and args.cache not in POLICY_CACHES:
+        print(f"radixkv replay: --policy applies to {sorted(POLICY_CACHES)}", file=sys.stderr)
+        return 2
     print(f"trace: seed {cfg.seed}, {cfg.requests} requests of ~{cfg.prompt_len} tokens")
     print(f"trace sha256 {trace_digest(cfg)}")
     bar = None if args.no_progress or cfg.requests < 200 else _progress_bar(cfg.requests)
@@ -547,6 +599,7 @@ def command(args: argparse.Namespace) -> int:
             batch=args.batch,
             progress=bar,
             device=args.device,
+            policy=args.policy,
             events=events,
         )
         if events is not None:
@@ -557,6 +610,11 @@ def command(args: argparse.Namespace) -> int:
     print(f"prefix-length digest {report.prefix_digest}")
     if args.plot:
         _plot(args, cfg, Path(args.plot))
+    if args.policy_plot:
+        cache = args.cache if args.cache in POLICY_CACHES else "radixkv"
+        sweep = policy_sweep(cache, cfg, page_size=args.page_size, batch=args.batch)
+        print(policy_table(sweep, cfg.prompt_len))
+        plot_policies(sweep, Path(args.policy_plot), f"{cache}, {trace_label(cfg)}")
     return 0
 
 
@@ -573,6 +631,99 @@ def _publisher(args: argparse.Namespace, stack: contextlib.ExitStack) -> ZmqEven
     if args.events_wait > 0 and not publisher.wait_for_subscribers(1, args.events_wait):
         print(f"events: no subscriber after {args.events_wait:g}s; publishing anyway")
     return publisher
+
+
+# ---- hit rate per eviction policy ------------------------------------------------------
+
+SWEEP_PROMPTS = (4, 8, 16, 32, 64, 128)
+"""Pool sizes of the policy sweep, in typical prompts (``prompt_len`` tokens each)."""
+
+PolicySweep = dict[str, list[tuple[int, float]]]  # policy -> [(pool tokens, hit rate)]
+
+
+def policy_sweep(
+    cache_name: str,
+    cfg: WorkloadConfig,
+    *,
+    page_size: int = 1,
+    batch: int = 8,
+    prompts: tuple[int, ...] = SWEEP_PROMPTS,
+    policies: tuple[str, ...] = tuple(POLICIES),
+) -> PolicySweep:
+    """The hit rate of the same trace under each policy at each pool size."""
+    sweep: PolicySweep = {}
+    for policy in policies:
+        for n in prompts:
+            pool = n * cfg.prompt_len
+            report = replay(
+                cache_name,
+                generate(cfg),
+                page_size=page_size,
+                pool_size=pool,
+                batch=batch,
+                policy=policy,
+            )
+            sweep.setdefault(policy, []).append((pool, report.hit_rate()))
+            print(
+                f"  {policy:>8} pool {pool:>9,}: hit rate {report.hit_rate():.4f}", file=sys.stderr
+            )
+    return sweep
+
+
+def trace_label(cfg: WorkloadConfig) -> str:
+    return f"seed {cfg.seed}, {cfg.requests} requests of ~{cfg.prompt_len} tokens"
+
+
+def policy_table(sweep: PolicySweep, prompt_len: int) -> str:
+    """A Markdown table: one row per pool size, one column per policy, the best in bold."""
+    policies = list(sweep)
+    pools = [pool for pool, _ in next(iter(sweep.values()))]
+    lines = [
+        "| pool (tokens) | prompts | " + " | ".join(policies) + " |",
+        "|---:|---:|" + "---:|" * len(policies),
+    ]
+    for row, pool in enumerate(pools):
+        rates = [sweep[p][row][1] for p in policies]
+        cells = [f"**{r:.3f}**" if r == max(rates) else f"{r:.3f}" for r in rates]
+        lines.append(f"| {pool:,} | {pool // prompt_len} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def plot_policies(sweep: PolicySweep, path: Path, title: str) -> bool:
+    """Hit rate against pool size, one line per policy, as a PNG at ``path``; without
+    matplotlib, the same data as ``path`` with a .csv suffix (returns whether it plotted)."""
+    plt = _pyplot()
+    if plt is None:
+        csv = path.with_suffix(".csv")
+        rows = [f"{p},{pool},{rate:.6f}" for p, points in sweep.items() for pool, rate in points]
+        csv.write_text("policy,pool_tokens,hit_rate\n" + "\n".join(rows) + "\n")
+        print(f"matplotlib is not installed (pip install matplotlib): wrote {csv} instead")
+        return False
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    styles = ["-", "--", ":", "-.", (0, (5, 1, 1, 1, 1, 1))]  # coinciding lines stay visible
+    for (policy, points), style in zip(sweep.items(), styles * len(sweep), strict=False):
+        xs, ys = [x for x, _ in points], [y for _, y in points]
+        ax.plot(xs, ys, marker="o", linestyle=style, label=policy)
+    ax.set(xscale="log", xlabel="KV pool (tokens)", ylabel="hit rate", title=title)
+    ax.grid(True, alpha=0.3)
+    ax.legend(title="eviction policy")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    print(f"wrote {path}")
+    return True
+
+
+def _pyplot() -> Any:
+    """matplotlib's pyplot on the Agg backend, or ``None`` when matplotlib is absent."""
+    try:
+        import matplotlib  # type: ignore[import-not-found, unused-ignore]  # optional, no stubs
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt  # type: ignore[import-not-found, unused-ignore]  # optional, no stubs
+    except ImportError:
+        return None
+    return plt
 
 
 def _progress_bar(total: int) -> Callable[[int], None]:
@@ -604,12 +755,8 @@ def _plot(args: argparse.Namespace, cfg: WorkloadConfig, path: Path) -> None:
         )
         speed.append((length, report.requests_per_s))
         print(f"  prompt {length:>6}: {report.requests_per_s:,.0f} req/s", file=sys.stderr)
-    try:
-        import matplotlib  # type: ignore[import-not-found, unused-ignore]  # optional, no stubs
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt  # type: ignore[import-not-found, unused-ignore]  # optional, no stubs
-    except ImportError:
+    plt = _pyplot()
+    if plt is None:
         csv = path.with_suffix(".csv")
         lines = ["series,x,y"]
         lines += [f"hit_rate_vs_pool_tokens,{x},{y:.6f}" for x, y in capacity]

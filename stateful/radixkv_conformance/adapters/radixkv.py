@@ -20,7 +20,7 @@ import radixkv
 from radixkv.events import EventRecorder, to_wire
 from radixkv.mamba_node import MambaTreeNode
 from radixkv.tree import TreeNode, iter_subtree, path_to_root
-from radixkv_conformance.profile import RADIXKV, RADIXKV_MAMBA, RADIXKV_SWA
+from radixkv_conformance.profile import RADIXKV, RADIXKV_MAMBA, RADIXKV_POLICIES, RADIXKV_SWA
 from radixkv_conformance.protocol import (
     Evicted,
     Host,
@@ -32,7 +32,12 @@ from radixkv_conformance.protocol import (
 )
 
 PROFILE = RADIXKV
-PROFILES = {"radix_cache": RADIXKV, "sliding_window": RADIXKV_SWA, "mamba": RADIXKV_MAMBA}
+PROFILES = {
+    "radix_cache": RADIXKV,
+    "sliding_window": RADIXKV_SWA,
+    "mamba": RADIXKV_MAMBA,
+    **{f"policy_{name}": profile for name, profile in RADIXKV_POLICIES.items()},
+}
 """The profile of each factory here (``radixkv check`` reads it by factory name)."""
 
 SCRIBBLE = -7  # what the caller writes into its buffers after a call
@@ -422,3 +427,51 @@ def sliding_window(page_size: int, host: Host) -> SlidingWindowAdapter:
 
 def mamba(page_size: int, host: Host) -> MambaAdapter:
     return MambaAdapter(page_size, host)
+
+
+class PolicyAdapter(RadixCacheAdapter):
+    """radixkv's RadixCache built with ``eviction_policy``; inserts take a ``priority``."""
+
+    capabilities = RadixCacheAdapter.capabilities | {"priority"}
+
+    def __init__(self, page_size: int, host: Host, policy: str) -> None:
+        self.policy = policy
+        super().__init__(page_size, host)
+
+    def _build(self, page_size: int, host: Host) -> radixkv.RadixCache:
+        pools = _Pools(host, self.device)
+        return radixkv.RadixCache(
+            page_size,
+            token_to_kv_pool_allocator=pools,
+            on_node_evict=self.evicted_ids.append,
+            event_listener=self.events,
+            eviction_policy=self.policy,
+        )
+
+    def insert(
+        self, tokens: tuple[Any, ...], namespace: Any, indices: tuple[int, ...], priority: int = 0
+    ) -> Inserted:
+        key = self.buffers.key(tokens, namespace)
+        value = self.buffers.value(indices, self.device)
+        result = self.cache.insert(key, value, priority=priority)
+        return Inserted(result.prefix_len, result.last_node)
+
+
+def policy_lru(page_size: int, host: Host) -> PolicyAdapter:
+    return PolicyAdapter(page_size, host, "lru")
+
+
+def policy_lfu(page_size: int, host: Host) -> PolicyAdapter:
+    return PolicyAdapter(page_size, host, "lfu")
+
+
+def policy_fifo(page_size: int, host: Host) -> PolicyAdapter:
+    return PolicyAdapter(page_size, host, "fifo")
+
+
+def policy_mru(page_size: int, host: Host) -> PolicyAdapter:
+    return PolicyAdapter(page_size, host, "mru")
+
+
+def policy_priority(page_size: int, host: Host) -> PolicyAdapter:
+    return PolicyAdapter(page_size, host, "priority")
