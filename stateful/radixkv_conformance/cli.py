@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.util
 import os
 import sys
 from collections.abc import Sequence
@@ -56,6 +57,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if settings_profile is not None:
         os.environ["HYPOTHESIS_PROFILE"] = settings_profile
     os.environ.setdefault("HYPOTHESIS_PROFILE", "ci")
+    if importlib.util.find_spec("hypothesis") is None:  # the cache alone does not need it
+        parser.error("`radixkv check` needs the kit's extra: pip install 'radixkv[kit]'")
     try:
         if args.replay is not None:
             return _replay(args.replay, args.target, profile_name)
