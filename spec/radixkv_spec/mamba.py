@@ -119,6 +119,7 @@ class MambaCacheModel:
         which victim an eviction may take, and how a match is cut.
 
         pre: page_size >= 1
+        pre: victims not in READS_LEAF_FACTS
         """
         require(page_size >= 1, f"page_size must be >= 1, got {page_size}")
         # The Mamba model ranks by recency only: no order that reads hits, births, priorities

@@ -198,6 +198,7 @@ class DeepestState:
     def matched_len(self, kv_len: int, state_ends: Sequence[int]) -> int:
         """The match length, given the KV-only match and where matched states sit.
 
+        pre: kv_len >= 0
         pre: all(0 < n <= kv_len for n in state_ends)
         post: __return__ <= kv_len
         """
