@@ -153,6 +153,8 @@ def test_pymllm_mamba_split_moves_the_state_to_the_upper_half() -> None:
     [
         ("sglang", "sglang"),
         ("sglang_rust", "sglang-rust"),
+        ("sglang_events", "sglang"),
+        ("sglang_rust_events", "sglang-rust"),
         ("pymllm", "pymllm"),
         ("pymllm_swa", "pymllm-swa"),
         ("pymllm_mamba", "pymllm-mamba"),
@@ -190,3 +192,19 @@ def test_the_rust_core_frees_only_the_callers_duplicates() -> None:
     assert prefix_len == 3
     assert host.freed == [(21,)]  # its duplicate of 12; never the cache's own 10, 11
     assert sorted(cache.contents().values()) == [10, 11, 12, 22]
+
+
+def test_the_rust_core_events_adapter_reports_the_binding_queue_in_wire_form() -> None:
+    from radixkv_spec.events import Cleared, Removed, Stored, parse_record
+
+    cache = _peer("sglang_rust_events").factory(1, Host())
+    assert cache.take_events() == []  # its construction's records are not part of a run
+    cache.insert((1, 2), None, (10, 11))
+    stored = [parse_record(record) for record in cache.take_events()]
+    assert len(stored) == 1 and isinstance(stored[0], Stored)
+    assert stored[0].token_ids == (1, 2) and len(stored[0].block_hashes) == 2
+    assert cache.evict(2) == 2
+    removed = [parse_record(record) for record in cache.take_events()]
+    assert removed == [Removed(stored[0].block_hashes)]
+    cache.reset()  # the binding records nothing here; sglang's cache asks for the clear
+    assert [parse_record(record) for record in cache.take_events()] == [Cleared()]

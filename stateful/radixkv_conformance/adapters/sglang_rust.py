@@ -113,16 +113,20 @@ class SglangRustTreeCoreAdapter:
     def __init__(self, page_size: int, sink: FreeSink) -> None:
         self.page_size = page_size
         self.sink = sink
-        params = init_params.CacheInitParams(
+        self.core = controller.RustUnifiedTreeCore(self._init_params(page_size))
+        self.slot_of: dict[int, Slot] = {}
+        """Every index ever cached, named by the key it was inserted under."""
+
+    def _init_params(self, page_size: int, **options: Any) -> Any:
+        """The controller's ``CacheInitParams``: a FULL-only tree (``options``: more fields)."""
+        return init_params.CacheInitParams(
             disable=False,
             req_to_token_pool=None,
             token_to_kv_pool_allocator=_Allocator(),
             page_size=page_size,
             tree_components=(FULL,),
+            **options,
         )
-        self.core = controller.RustUnifiedTreeCore(params)
-        self.slot_of: dict[int, Slot] = {}
-        """Every index ever cached, named by the key it was inserted under."""
 
     def _key(self, tokens: tuple[Any, ...], namespace: Any) -> Any:
         return python_tree.radix_cache.RadixKey(array("q", tokens), namespace)
