@@ -93,11 +93,11 @@ def test_known_finding_is_acknowledged_and_the_other_still_reported() -> None:
 
 def test_an_acknowledged_finding_is_recorded_and_the_run_goes_on() -> None:
     """A known violation does not end the run: the steps after it are still checked."""
-    unlock = {"op": "unlock", "node": 0, "lock": None}
-    steps = [
+    unlock: dict[str, Any] = {"op": "unlock", "node": 0, "lock": None}
+    steps: list[dict[str, Any]] = [
         {"op": "insert", "tokens": [1, 2], "namespace": None, "indices": [0, 1]},
         unlock,
-        {**unlock, "node": 0},
+        dict(unlock),
         {"op": "evict", "num_tokens": 2},
     ]
     trace = {

@@ -262,7 +262,7 @@ class ConformanceMachine(RuleBasedStateMachine):
         except (Finding, HypothesisException):
             raise
         except Exception as error:  # a violation, or the cache crashed: both are findings
-            self.found(check, error)
+            self.found(self.check, error)  # a check may name its sub-rule
         finally:
             self.check = outer
 
@@ -737,7 +737,12 @@ class PlainRules(ConformanceMachine):
             self.release("free", duplicates, by="caller")
 
     def do_page_hashes(self, ref: NodeRef) -> None:
-        """Page hashes are a pure function of namespace and root path (INV-9, INV-13)."""
+        """Page hashes are a pure function of namespace and root path (INV-9, INV-13).
+
+        A mismatch is one of two findings, so one bug never hides the other: hashes that
+        are the spec's for no namespace (``page_hashes: namespace``), or a page hashed as
+        if it started the key, without its parents (``page_hashes: path``).
+        """
         if self.is_stale(ref) or not ref.prefix:
             return
         step = self.log("page_hashes", node=ref.step)
@@ -745,10 +750,28 @@ class PlainRules(ConformanceMachine):
             expected = spec_page_hashes(ref.namespace, ref.prefix, self.page_size)
             step["expect"] = {"hashes": expected}
             got = self.sut.page_hashes(ref.handle)
+            if got != expected:
+                self.check = f"page_hashes: {self.page_hash_mistake(ref, got)}"
             self.require(
                 got == expected, f"INV-9: page hashes of {ref.prefix} differ from the spec"
             )
             self.count("page_hashes")
+
+    def page_hash_mistake(self, ref: NodeRef, got: object) -> str:
+        """Which rule wrong hashes break: ``namespace`` ignored, or ``path`` (a page hashed
+        without its parents), or neither that can be told (``other``)."""
+        p, prefix = self.page_size, ref.prefix
+        if ref.namespace is not None and got == spec_page_hashes(None, prefix, p):
+            return "namespace"
+        pages = [prefix[i : i + p] for i in range(0, len(prefix), p)]
+        alone = {
+            ns: [spec_page_hashes(ns, page, p)[0] for page in pages] for ns in (ref.namespace, None)
+        }
+        if got == alone[ref.namespace]:
+            return "path"
+        if got == alone[None]:  # both: the namespace is the one a single page shows
+            return "namespace"
+        return "other"
 
     def do_evict(self, num_tokens: int) -> None:
         step = self.log("evict", num_tokens=num_tokens)

@@ -159,16 +159,34 @@ class SwaRules(ConformanceMachine):
             got = self.call_evict(step)
             events: list[FreeEvent] = [(k, g) for k, g in self.events[seen:] if k != "slot"]
             step["observed"] = {"events": [[k, list(g)] for k, g in events]}
-            outcome = self.model.apply_eviction(num_tokens, swa_num_tokens, events, locked)
+            with self.checking("evict: victims"):  # each free, in order, was admissible
+                outcome = self.model.apply_free_events(num_tokens, swa_num_tokens, events, locked)
+            self.check_where_eviction_stopped(num_tokens, swa_num_tokens, outcome, locked)
             counts = (outcome.full_evicted, outcome.swa_evicted)
+            self.check = "evict: reported counts"
             self.require(
                 (got.full, got.swa) == counts, f"INV-11: evict reported {got}, spec {counts}"
             )
+            self.check = "evict"
             self.epoch += 1
             for position in outcome.deleted:
                 self.deleted_at[position] = self.epoch
             self.count("evict")
             self.session.stats["evicted tokens"] += outcome.full_evicted
+
+    def check_where_eviction_stopped(
+        self, num_tokens: int, swa_num_tokens: int, outcome: Any, locked: set[Position]
+    ) -> None:
+        """Each rule about where an eviction stops is its own finding: one that freed less
+        than asked (e.g. stopped at a tombstoned parent) is not the one that left a
+        tombstone leaf. The model has applied every free, so an acknowledged one goes on."""
+        for violation in self.model.eviction_end_violations(
+            num_tokens, swa_num_tokens, outcome, locked
+        ):
+            short = violation.inv_id == "INV-11"
+            self.check = "evict: freed less than asked" if short else "evict: tombstone leaf"
+            self.require(False, str(violation))
+        self.check = "evict"
 
     # ---- rules ---------------------------------------------------------------------------
 
