@@ -198,7 +198,7 @@ def _replay(path: Path, target: str | None, profile_name: str | None, known: lis
     target = target or REPLAY_DEFAULT[document.get("mode", "plain")]
     factory, declared = _load(target)
     profile = _profile(profile_name, declared, PROFILES.get(document["semantics"]))
-    result = replay(document, factory, profile, known)
+    result = replay(document, factory, profile, known or None)  # default: the trace's
     recorded = document.get("failure") or {}
     print(f"replayed {result.steps}/{len(document['steps'])} steps of {path} against {target}")
     print(f"  profile: {profile.name}")

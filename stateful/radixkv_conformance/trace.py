@@ -71,6 +71,8 @@ def trace_document(
         "message": message,
         "step": steps[-1]["id"] if steps else None,
     }
+    if machine.session.known:  # the run went on past these: its replay must too
+        document["known"] = sorted(machine.session.known)
     document["steps"] = [encode(step) for step in steps]
     return document
 
@@ -125,18 +127,20 @@ def replay(
     document: dict[str, Any],
     factory: AdapterFactory,
     profile: Profile | None = None,
-    known: Iterable[str] = (),
+    known: Iterable[str] | None = None,
 ) -> ReplayResult:
     """Run the trace's steps against ``factory``; ``passed`` is False if any check failed.
 
-    ``profile`` defaults to the built-in profile the trace names. ``known`` finding ids are
-    acknowledged as in a search: each hit is recorded (``acknowledged``) and the replay goes
-    on past it; one the step cannot go on past ends the replay there, as passed.
+    ``profile`` defaults to the built-in profile the trace names; ``known`` to the ids
+    the trace lists under ``known``. Known ids are acknowledged as in a search: each hit
+    is recorded (``acknowledged``) and the replay goes on past it; one the step cannot go
+    on past ends the replay there, as passed.
     """
     from radixkv_conformance.machines import machine_for
 
     chosen = profile or profile_of(document)
-    machine_cls = machine_for("ReplayMachine", factory, chosen, known=frozenset(known))
+    acknowledged = frozenset(document.get("known", ()) if known is None else known)
+    machine_cls = machine_for("ReplayMachine", factory, chosen, known=acknowledged)
     machine = machine_cls()
     nodes: dict[int, NodeRef] = {}
     locks: dict[int, LockRef] = {}
