@@ -87,8 +87,31 @@ def test_known_finding_is_acknowledged_and_the_other_still_reported() -> None:
     )
     found = {f.finding for f in report.failures}
     assert other in found and known not in found, report.render()
-    assert report.acknowledged[known] > 0  # runs hit it and were discarded
+    assert report.acknowledged[known] > 0  # runs hit it, recorded it and went on
     assert f"acknowledged (--known): {known}" in report.render()
+
+
+def test_an_acknowledged_finding_is_recorded_and_the_run_goes_on() -> None:
+    """A known violation does not end the run: the steps after it are still checked."""
+    unlock: dict[str, Any] = {"op": "unlock", "node": 0, "lock": None}
+    steps: list[dict[str, Any]] = [
+        {"op": "insert", "tokens": [1, 2], "namespace": None, "indices": [0, 1]},
+        unlock,
+        dict(unlock),
+        {"op": "evict", "num_tokens": 2},
+    ]
+    trace = {
+        "format": "radixkv-trace/1",
+        "semantics": "radixkv",
+        "page_size": 1,
+        "steps": [{"id": i, **step} for i, step in enumerate(steps)],
+    }
+    first = replay(trace, broken.two_bugs)
+    assert first.finding == BOTH_BUGS[0] and first.steps == 1, first
+    went_on = replay(trace, broken.two_bugs, known=[BOTH_BUGS[0]])
+    assert went_on.acknowledged == (BOTH_BUGS[0],) * 2, went_on  # both unlocks recorded
+    assert went_on.finding == BOTH_BUGS[1] and went_on.steps == 3, went_on  # then the evict
+    assert replay(trace, radix_cache).passed
 
 
 def test_a_chunk_cache_is_not_a_radix_cache() -> None:

@@ -44,11 +44,12 @@ def test_vector_replays_to_its_recorded_outcome(path: Path, target: str, outcome
     factory, declared = _factory(target)
     # a peer's vector names the peer's own profile; radixkv's cache replays it under its own
     profile = declared or PROFILES.get(document["semantics"], RADIXKV)
+    # a vector past acknowledged findings names them (``known``); replay reads them itself
     result = replay(document, factory, profile)  # type: ignore[arg-type]  # an AdapterFactory by contract
     if outcome == "pass":
         assert result.passed, f"{path.name} on {target}: {result.check}: {result.message}"
     else:
         assert not result.passed, f"{path.name} on {target} no longer fails"
         assert result.invariant == document["failure"]["invariant"], result.message
-        # a step counts as done once its invariants held (FORMAT.md ``failure.step``)
+        # ``steps`` counts the steps whose checks all held: the failing one is the next
         assert result.steps == document["failure"]["step"], "it fails at a different step"

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TypeAlias
 
-from radixkv_spec.invariants import holds, require
+from radixkv_spec.invariants import SpecViolation, holds, require
 from radixkv_spec.policies import LRU_LEAVES, READS_LEAF_FACTS, LeafFacts, VictimOrder
 from radixkv_spec.tokens import Namespace, Token, aligned, extends
 
@@ -226,6 +226,20 @@ class SlidingWindowModel:
         (node-granular, so at least ``minimum_windows()``). Raises SpecViolation (INV-11,
         INV-20, INV-24) unless every step was admissible and the counts stop right.
         """
+        out = self.apply_free_events(num_tokens, swa_num_tokens, events, swa_locked)
+        for violation in self.eviction_end_violations(num_tokens, swa_num_tokens, out, swa_locked):
+            raise violation
+        return out
+
+    def apply_free_events(
+        self,
+        num_tokens: int,
+        swa_num_tokens: int,
+        events: Sequence[FreeEvent],
+        swa_locked: set[Position],
+    ) -> EvictionOutcome:
+        """Apply an ``evict``'s free events, checking each victim as it goes (the first
+        half of ``apply_eviction``; where the eviction stopped is not checked here)."""
         out = EvictionOutcome()
         phase1 = num_tokens > 0
         for kind, indices in events:
@@ -242,13 +256,28 @@ class SlidingWindowModel:
             else:
                 holds(not phase1, "INV-11", "free_swa during phase 1")
                 self._tombstone(run, out, swa_locked)
-        # INV-20: leaves are never tombstones
-        holds(not self._tombstone_leaves(), "INV-20", "eviction left a tombstone leaf")
-        short_full = num_tokens > 0 and out.full_evicted < num_tokens
-        holds(not (short_full and self._evictable_leaves()), "INV-11", "phase 1 stopped early")
-        wanted = out.swa_evicted < swa_num_tokens
-        holds(not (wanted and self._swa_candidates(swa_locked)), "INV-11", "phase 2 stopped early")
         return out
+
+    def eviction_end_violations(
+        self,
+        num_tokens: int,
+        swa_num_tokens: int,
+        out: EvictionOutcome,
+        swa_locked: set[Position],
+    ) -> list[SpecViolation]:
+        """What is wrong with where an eviction stopped, every rule on its own.
+
+        Checked after its frees were applied, so the model is complete either way: a
+        checker that acknowledges one of these can go on from here.
+        """
+        short_full = num_tokens > 0 and out.full_evicted < num_tokens
+        wanted = out.swa_evicted < swa_num_tokens
+        rules = [  # (broken, invariant, what)
+            (bool(self._tombstone_leaves()), "INV-20", "eviction left a tombstone leaf"),
+            (short_full and bool(self._evictable_leaves()), "INV-11", "phase 1 stopped early"),
+            (wanted and bool(self._swa_candidates(swa_locked)), "INV-11", "phase 2 stopped early"),
+        ]
+        return [SpecViolation(inv, what) for broken, inv, what in rules if broken]
 
     def _run_of(self, indices: tuple[int, ...]) -> list[Position]:
         owners = {i: q for q, page in self.pages.items() for i in page}

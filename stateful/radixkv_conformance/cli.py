@@ -61,7 +61,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("`radixkv check` needs the kit's extra: pip install 'radixkv[kit]'")
     try:
         if args.replay is not None:
-            return _replay(args.replay, args.target, profile_name)
+            return _replay(args.replay, args.target, profile_name, args.known)
         targets = [(args.target, args.target)] if args.target else list(OWN)
         if args.exhaustive is not None:
             return _exhaustive(args.target, profile_name, args)
@@ -89,7 +89,7 @@ def _parser() -> argparse.ArgumentParser:
         action="append",
         default=[],
         metavar="ID",
-        help="acknowledge a finding (e.g. INV-14:unmatched-unlock): search on past it",
+        help="acknowledge a finding (e.g. INV-14:unmatched-unlock): record hits, go on past it",
     )
     check.add_argument(
         "--traces", type=Path, default=Path("conformance-traces"), help="where findings go"
@@ -193,7 +193,7 @@ def _exhaustive(target: str | None, profile_name: str | None, args: Any) -> int:
     return exhaustive.command(explored, args.exhaustive, args.traces)
 
 
-def _replay(path: Path, target: str | None, profile_name: str | None) -> int:
+def _replay(path: Path, target: str | None, profile_name: str | None, known: list[str]) -> int:
     from radixkv_conformance.profile import PROFILES
     from radixkv_conformance.trace import load, replay
 
@@ -201,14 +201,17 @@ def _replay(path: Path, target: str | None, profile_name: str | None) -> int:
     target = target or REPLAY_DEFAULT[document.get("mode", "plain")]
     factory, declared = _load(target)
     profile = _profile(profile_name, declared, PROFILES.get(document["semantics"]))
-    result = replay(document, factory, profile)
+    result = replay(document, factory, profile, known or None)  # default: the trace's
     recorded = document.get("failure") or {}
     print(f"replayed {result.steps}/{len(document['steps'])} steps of {path} against {target}")
     print(f"  profile: {profile.name}")
     if recorded:
         print(f"  recorded finding: {recorded.get('check')}: {recorded.get('message')}")
+    for fid in sorted(set(result.acknowledged)):
+        hits = result.acknowledged.count(fid)
+        print(f"  acknowledged (--known): {fid} — hit {hits}x, replay went on")
     if result.passed:
-        print("  every check held")
+        print("  every check held" + (" but the acknowledged ones" if result.acknowledged else ""))
         return 0
     print(f"  FAILED [{result.finding}] at {result.check}: {result.message}")
     return 1

@@ -15,7 +15,8 @@ Every distinct finding is reported on its own, with its own shrunk trace: Hypoth
 distinct findings separately (each has its own exception type), and after a search the
 findings it reported are acknowledged and the search goes on past them, until no new one
 shows up or ``max_failures`` were collected. Findings in ``known`` are acknowledged from the
-start; the report lists them and how often runs hit them.
+start: a run records each hit and goes on past it, so later, distinct findings are reached;
+the report lists them and how often runs hit them.
 """
 
 from __future__ import annotations
@@ -116,7 +117,7 @@ class ConformanceReport:
 
     @property
     def acknowledged(self) -> dict[str, int]:
-        """Each finding given as known, and how many runs were discarded for hitting it."""
+        """Each finding given as known, and how often runs hit it (and went on past it)."""
         return {fid: self.stats[f"acknowledged: {fid}"] for fid in self.known}
 
     def render(self) -> str:
@@ -135,7 +136,7 @@ class ConformanceReport:
         for reason, n in self.skips.items():
             lines.append(f"    skipped: {reason}" + (f" ({n}x)" if n else ""))
         for fid, n in self.acknowledged.items():
-            lines.append(f"    acknowledged (--known): {fid} — {n} runs hit it and were discarded")
+            lines.append(f"    acknowledged (--known): {fid} — hit {n}x, recorded, runs went on")
         for i, failure in enumerate(self.failures, 1):
             lines.append(f"  finding {i} [{failure.finding}]: {failure.check}: {failure.message}")
             lines += [f"      {line}" for line in failure.steps_text()]
@@ -161,9 +162,9 @@ def run_conformance(
     ``settings`` are Hypothesis settings (default: the loaded settings profile, see
     ``radixkv_conformance.profiles``). Never raises for a finding (call
     ``raise_for_failures()`` on the report); raises ``AdapterError`` before any step when
-    the adapter lacks what it claims. ``known`` finding ids are acknowledged: runs hitting
-    them are discarded and the search goes on. ``progress`` gets the running counts at the
-    start of every run.
+    the adapter lacks what it claims. ``known`` finding ids are acknowledged: a hit is
+    recorded and the run goes on past it (``ConformanceMachine.require``). ``progress``
+    gets the running counts at the start of every run.
     """
     name = name or getattr(factory, "__qualname__", None) or "cache"
     adapter = probe_adapter(factory, profile)

@@ -592,6 +592,8 @@ class _Explorer:
             self._maybe_progress()
             path = [*steps, call.step]
             failed = call.error or self._check(child)
+            if _acknowledged_now(child):
+                self.report.acknowledged += 1  # a known finding: recorded, explored past
             if failed is not None:
                 self._found(child, path, failed)
                 continue  # nothing runs below a failed step
@@ -621,8 +623,9 @@ class _Explorer:
         """Keep the shortest sequence per finding id (ids as ``--known`` takes them)."""
         from radixkv_conformance import findings
 
-        if isinstance(error, UnsatisfiedAssumption):  # the kit discards a known finding
-            self.report.acknowledged += 1
+        if isinstance(error, UnsatisfiedAssumption):  # a known one the run cannot go past
+            if not _acknowledged_now(state):
+                self.report.acknowledged += 1
             return
         if isinstance(error, findings.Finding):  # the kit's machine: id, check and trace
             found = Finding(error.finding_id, error.check, error.message, state.variant, path)
@@ -742,6 +745,13 @@ class Target:
     label: str
     machine: Callable[[], type[RuleBasedStateMachine]]
     alphabet: Alphabet = ALPHABET
+
+
+def _acknowledged_now(state: _State) -> bool:
+    """The last step (or the invariants after it) hit a known finding and went on."""
+    hits: list[tuple[int, str]] = getattr(state.machine, "acknowledged", [])
+    trace: list[Any] = getattr(state.machine, "trace", [])
+    return bool(hits) and hits[-1][0] == len(trace) - 1
 
 
 def target(label: str, factory: Any, profile: Any, known: Iterable[str] = ()) -> Target:

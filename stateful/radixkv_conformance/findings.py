@@ -7,7 +7,8 @@ never hides another because they share a raise site.
 
 A finding id is ``<INV-n or exception type>:<check>``, e.g. ``INV-14:unmatched-unlock`` or
 ``RuntimeError:unlock`` (the cache crashed during an unlock). ``--known ID`` acknowledges
-one: a run that hits it is discarded and the search goes on past it.
+one: a run that hits it records the hit and goes on past it (``ConformanceMachine.require``);
+only a known crash, or a known violation the step cannot finish after, ends the run.
 """
 
 from __future__ import annotations

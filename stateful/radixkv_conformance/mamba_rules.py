@@ -65,7 +65,9 @@ class MambaRules(ConformanceMachine):
 
     def state_copied(self, src: int, dst: int) -> None:
         # INV-33: the copy's destination is the request's, never a slot the tree holds
-        assert dst not in self.model.owned_slots(), f"INV-33: copy_states wrote tree slot {dst}"
+        self.require(
+            dst not in self.model.owned_slots(), f"INV-33: copy_states wrote tree slot {dst}"
+        )
         super().state_copied(src, dst)
 
     def call_insert(self, step: Step) -> Any:
@@ -98,18 +100,27 @@ class MambaRules(ConformanceMachine):
                 "branching_seqlen": want.branching_seqlen,
             }
             prefix_len = len(got.indices) if got.prefix_len is None else got.prefix_len
-            assert tuple(got.indices) == want.indices, f"INV-34: match gave {got.indices}, {want}"
-            assert prefix_len == want.prefix_len, f"INV-34: prefix_len {prefix_len}, spec {want}"
-            assert got.branching_seqlen == want.branching_seqlen, (
-                f"INV-34: mamba_branching_seqlen {got.branching_seqlen}, spec {want}"
+            self.require(
+                tuple(got.indices) == want.indices, f"INV-34: match gave {got.indices}, {want}"
+            )
+            self.require(
+                prefix_len == want.prefix_len, f"INV-34: prefix_len {prefix_len}, spec {want}"
+            )
+            self.require(
+                got.branching_seqlen == want.branching_seqlen,
+                f"INV-34: mamba_branching_seqlen {got.branching_seqlen}, spec {want}",
             )
             if want.source_slot is None:
-                assert got.cow_slot is None, "INV-34: a copy-on-write slot where none is due"
-                assert len(self.copies) == copies, "INV-34: copied a state where none is due"
+                self.require(got.cow_slot is None, "INV-34: a copy-on-write slot where none is due")
+                self.require(len(self.copies) == copies, "INV-34: copied a state where none is due")
             else:
-                assert got.cow_slot is not None, "INV-34: no copy-on-write slot for a state hit"
+                self.require(
+                    got.cow_slot is not None, "INV-34: no copy-on-write slot for a state hit"
+                )
                 expected = [(want.source_slot, got.cow_slot)]
-                assert self.copies[copies:] == expected, f"INV-33: copies {self.copies[copies:]}"
+                self.require(
+                    self.copies[copies:] == expected, f"INV-33: copies {self.copies[copies:]}"
+                )
             self.count("match")
             return got, self.ref(got.handle, namespace, tokens[: want.prefix_len])
 
@@ -140,10 +151,11 @@ class MambaRules(ConformanceMachine):
             self.scribble_caller_buffers()
             prefix_len, mamba_exist = self.model.insert(namespace, tokens, indices, state_slot)
             step["expect"] = {"prefix_len": prefix_len, "mamba_exist": mamba_exist}
-            assert got.prefix_len == prefix_len, (
-                f"INV-12: prefix_len {got.prefix_len}, spec says {prefix_len}"
+            self.require(
+                got.prefix_len == prefix_len,
+                f"INV-12: prefix_len {got.prefix_len}, spec says {prefix_len}",
             )
-            assert got.mamba_exist == mamba_exist, f"INV-31: mamba_exist {got.mamba_exist}"
+            self.require(got.mamba_exist == mamba_exist, f"INV-31: mamba_exist {got.mamba_exist}")
             self.settle_duplicates(indices[:prefix_len], held, seen)
             self.release("free", indices[len(key) :], by="caller")
             if state_slot is not None and mamba_exist:
@@ -171,8 +183,12 @@ class MambaRules(ConformanceMachine):
             self.model.apply_eviction(num_tokens, mamba_slots, events)
             tokens = len(self.frees_since(seen))
             slots = len(self.frees_since(seen, "slot"))
-            assert got.full == tokens, f"INV-35: full_evicted {got.full}, freed {tokens} tokens"
-            assert got.mamba == slots, f"INV-35: mamba_evicted {got.mamba}, freed {slots} slots"
+            self.require(
+                got.full == tokens, f"INV-35: full_evicted {got.full}, freed {tokens} tokens"
+            )
+            self.require(
+                got.mamba == slots, f"INV-35: mamba_evicted {got.mamba}, freed {slots} slots"
+            )
             self.count("evict")
             self.session.stats["evicted tokens"] += tokens
             self.session.stats["evicted slots"] += slots
@@ -181,9 +197,13 @@ class MambaRules(ConformanceMachine):
         duplicates = tuple(i for i, h in zip(given, held, strict=True) if i != h)
         by_cache = self.frees_since(seen)
         if self.profile.duplicates == "cache":
-            assert sorted(by_cache) == sorted(duplicates), "INV-7: the cache must free duplicates"
+            self.require(
+                sorted(by_cache) == sorted(duplicates), "INV-7: the cache must free duplicates"
+            )
         else:
-            assert not by_cache, f"INV-7: insert freed {by_cache}; the caller owns duplicates"
+            self.require(
+                not by_cache, f"INV-7: insert freed {by_cache}; the caller owns duplicates"
+            )
             self.release("free", duplicates, by="caller")
 
     # ---- rules ---------------------------------------------------------------------------
@@ -267,15 +287,15 @@ class MambaRules(ConformanceMachine):
     def agrees_with_spec(self) -> None:
         with self.checking("invariant: agrees with the spec"):
             got = {q: (tuple(ix), slot) for q, (ix, slot) in self.sut.mamba_contents().items()}
-            assert got == self.model.contents(), (
-                "INV-10: cached pages or states differ from the spec"
+            self.require(
+                got == self.model.contents(), "INV-10: cached pages or states differ from the spec"
             )
             m, sizes = self.model, self.sut.sizes()
             want = (m.evictable_size(), m.protected_size(), m.total_size())
-            assert tuple(sizes) == want, f"INV-6: sizes {tuple(sizes)}, spec {want}"
+            self.require(tuple(sizes) == want, f"INV-6: sizes {tuple(sizes)}, spec {want}")
             mamba = tuple(self.sut.mamba_sizes())
             want_mamba = (m.mamba_evictable_size(), m.mamba_protected_size())
-            assert mamba == want_mamba, f"INV-33: mamba sizes {mamba}, spec {want_mamba}"
+            self.require(mamba == want_mamba, f"INV-33: mamba sizes {mamba}, spec {want_mamba}")
             self.model.check()
             self.count("invariant checks")
 
@@ -284,7 +304,9 @@ class MambaRules(ConformanceMachine):
     def lock_counts_and_lists(self) -> None:
         with self.checking("invariant: lock counts"):
             for full, mamba in self.sut.lock_counts():
-                assert full >= mamba >= 0, f"INV-30: full_lock_ref {full} < mamba_lock_ref {mamba}"
+                self.require(
+                    full >= mamba >= 0, f"INV-30: full_lock_ref {full} < mamba_lock_ref {mamba}"
+                )
         if hasattr(self.sut, "lru_orders"):  # optional: a cache with two LRU lists shows them
             with self.checking("invariant: LRU lists"):
                 self._check_lru_lists()
@@ -292,26 +314,31 @@ class MambaRules(ConformanceMachine):
     def _check_lru_lists(self) -> None:
         full_order, mamba_order = self.sut.lru_orders()
         cached = self.model.contents()
-        assert len(set(full_order)) == len(full_order), "INV-32: a node is listed twice"
-        assert set(full_order) <= set(cached), "INV-32: the full list holds a dead node"
+        self.require(len(set(full_order)) == len(full_order), "INV-32: a node is listed twice")
+        self.require(set(full_order) <= set(cached), "INV-32: the full list holds a dead node")
         leaves = {pos for pos in cached if not self.model.children(*pos)}
-        assert leaves | set(self.model.states) <= set(full_order), "INV-32: a node is unlisted"
-        assert sorted(mamba_order, key=repr) == sorted(self.model.states, key=repr), (
-            "INV-32: the mamba list is not exactly the nodes holding a state"
+        self.require(
+            leaves | set(self.model.states) <= set(full_order), "INV-32: a node is unlisted"
+        )
+        self.require(
+            sorted(mamba_order, key=repr) == sorted(self.model.states, key=repr),
+            "INV-32: the mamba list is not exactly the nodes holding a state",
         )
         for order, name in ((full_order, "full"), (mamba_order, "mamba")):
             keys = [self.model.key(pos) for pos in order]
-            assert keys == sorted(keys, reverse=True), f"INV-32: {name} list out of LRU order"
+            self.require(
+                keys == sorted(keys, reverse=True), f"INV-32: {name} list out of LRU order"
+            )
 
     @precondition(ConformanceMachine._started)
     @invariant()
     def every_index_and_slot_has_one_owner(self) -> None:
         with self.checking("invariant: every index has one owner"):
             held = self.model.cached_indices()
-            assert not held & self.freed, "INV-7: a cached index was freed"
+            self.require(not held & self.freed, "INV-7: a cached index was freed")
             missing = set(range(self.next_index)) - held - self.freed
-            assert not missing, f"INV-7: indices leaked: {sorted(missing)}"
+            self.require(not missing, f"INV-7: indices leaked: {sorted(missing)}")
             owned = self.model.owned_slots()
-            assert not owned & self.freed_slots, "INV-33: a tree-owned slot was freed"
+            self.require(not owned & self.freed_slots, "INV-33: a tree-owned slot was freed")
             lost = set(range(self.next_slot)) - owned - self.freed_slots
-            assert not lost, f"INV-33: state slots leaked: {sorted(lost)}"
+            self.require(not lost, f"INV-33: state slots leaked: {sorted(lost)}")

@@ -93,8 +93,9 @@ class SwaRules(ConformanceMachine):
             self.scribble_caller_buffers()
             expected = self.model.match(namespace, tokens)
             step["expect"] = {"indices": list(expected)}
-            assert tuple(got.indices) == expected, (
-                f"INV-23: match gave {got.indices}, spec says {expected}"
+            self.require(
+                tuple(got.indices) == expected,
+                f"INV-23: match gave {got.indices}, spec says {expected}",
             )
             self.count("match")
             return self.ref(got.handle, namespace, tokens[: len(expected)])
@@ -127,17 +128,19 @@ class SwaRules(ConformanceMachine):
                 namespace, tokens, indices, prev_prefix_len, swa_evicted_seqlen
             )
             step["expect"] = {"prefix_len": expected}
-            assert got.prefix_len == expected, (
-                f"INV-12: prefix_len {got.prefix_len}, spec says {expected}"
+            self.require(
+                got.prefix_len == expected,
+                f"INV-12: prefix_len {got.prefix_len}, spec says {expected}",
             )
             by_cache = self.frees_since(seen)
-            assert not self.frees_since(seen, "free_swa"), "INV-24: insert freed SWA KV"
+            self.require(not self.frees_since(seen, "free_swa"), "INV-24: insert freed SWA KV")
             if self.profile.duplicates == "cache":
-                assert sorted(by_cache) == sorted(freed), (
-                    f"INV-24: insert freed {sorted(by_cache)}, spec says {sorted(freed)}"
+                self.require(
+                    sorted(by_cache) == sorted(freed),
+                    f"INV-24: insert freed {sorted(by_cache)}, spec says {sorted(freed)}",
                 )
             else:
-                assert not by_cache, f"INV-7: insert freed {by_cache}; the caller frees them"
+                self.require(not by_cache, f"INV-7: insert freed {by_cache}; the caller frees them")
                 self.release("free", freed, by="caller")
             aligned = page_align(len(tokens), self.page_size)
             self.release("free", indices[aligned:], by="caller")
@@ -149,21 +152,41 @@ class SwaRules(ConformanceMachine):
         step = self.log("evict", num_tokens=num_tokens, swa_num_tokens=swa_num_tokens)
         with self.checking("evict"):
             locked = set(self.sut.swa_locked_pages())
-            assert self.model.minimum_windows() <= locked, (
-                "INV-21: a lock's window is not SWA-locked"
+            self.require(
+                self.model.minimum_windows() <= locked, "INV-21: a lock's window is not SWA-locked"
             )
             seen = len(self.events)
             got = self.call_evict(step)
             events: list[FreeEvent] = [(k, g) for k, g in self.events[seen:] if k != "slot"]
             step["observed"] = {"events": [[k, list(g)] for k, g in events]}
-            outcome = self.model.apply_eviction(num_tokens, swa_num_tokens, events, locked)
+            with self.checking("evict: victims"):  # each free, in order, was admissible
+                outcome = self.model.apply_free_events(num_tokens, swa_num_tokens, events, locked)
+            self.check_where_eviction_stopped(num_tokens, swa_num_tokens, outcome, locked)
             counts = (outcome.full_evicted, outcome.swa_evicted)
-            assert (got.full, got.swa) == counts, f"INV-11: evict reported {got}, spec {counts}"
+            self.check = "evict: reported counts"
+            self.require(
+                (got.full, got.swa) == counts, f"INV-11: evict reported {got}, spec {counts}"
+            )
+            self.check = "evict"
             self.epoch += 1
             for position in outcome.deleted:
                 self.deleted_at[position] = self.epoch
             self.count("evict")
             self.session.stats["evicted tokens"] += outcome.full_evicted
+
+    def check_where_eviction_stopped(
+        self, num_tokens: int, swa_num_tokens: int, outcome: Any, locked: set[Position]
+    ) -> None:
+        """Each rule about where an eviction stops is its own finding: one that freed less
+        than asked (e.g. stopped at a tombstoned parent) is not the one that left a
+        tombstone leaf. The model has applied every free, so an acknowledged one goes on."""
+        for violation in self.model.eviction_end_violations(
+            num_tokens, swa_num_tokens, outcome, locked
+        ):
+            short = violation.inv_id == "INV-11"
+            self.check = "evict: freed less than asked" if short else "evict: tombstone leaf"
+            self.require(False, str(violation))
+        self.check = "evict"
 
     # ---- rules ---------------------------------------------------------------------------
 
@@ -225,13 +248,15 @@ class SwaRules(ConformanceMachine):
         with self.checking("invariant: agrees with the spec"):
             got = {q: (tuple(ix), bool(tomb)) for q, (ix, tomb) in self.sut.swa_pages().items()}
             want = {q: (ix, q in self.model.tombstones) for q, ix in self.model.pages.items()}
-            assert got == want, "INV-23: pages or tombstones differ from the spec"
+            self.require(got == want, "INV-23: pages or tombstones differ from the spec")
             sizes, m = self.sut.sizes(), self.model
-            assert sizes.total == m.total_size(), "INV-6: total_size differs from the spec"
-            assert sizes.protected == m.protected_size(), "INV-6: protected_size differs"
-            assert sizes.evictable + sizes.protected == sizes.total, "INV-6: sizes do not add up"
+            self.require(sizes.total == m.total_size(), "INV-6: total_size differs from the spec")
+            self.require(sizes.protected == m.protected_size(), "INV-6: protected_size differs")
+            self.require(
+                sizes.evictable + sizes.protected == sizes.total, "INV-6: sizes do not add up"
+            )
             swa_evictable, swa_protected = self.sut.swa_sizes()
-            assert swa_evictable + swa_protected == m.live_size(), "INV-22: SWA sizes"
+            self.require(swa_evictable + swa_protected == m.live_size(), "INV-22: SWA sizes")
             self.count("invariant checks")
 
     @precondition(ConformanceMachine._started)
@@ -242,8 +267,8 @@ class SwaRules(ConformanceMachine):
             dead: set[int] = set()
             for ix, tomb in self.sut.swa_pages().values():
                 (dead if tomb else live).update(ix)
-            assert not (live | dead) & self.freed, "INV-24: a cached index was freed"
-            assert not live & self.swa_freed, "INV-24: a live page's SWA KV was freed"
-            assert dead <= self.swa_freed, "INV-24: a tombstone's SWA KV is still held"
+            self.require(not (live | dead) & self.freed, "INV-24: a cached index was freed")
+            self.require(not live & self.swa_freed, "INV-24: a live page's SWA KV was freed")
+            self.require(dead <= self.swa_freed, "INV-24: a tombstone's SWA KV is still held")
             leaked = set(range(self.next_index)) - live - dead - self.freed
-            assert not leaked, f"INV-24: indices leaked: {sorted(leaked)}"
+            self.require(not leaked, f"INV-24: indices leaked: {sorted(leaked)}")

@@ -8,9 +8,12 @@ exactly as the search did, and says whether the implementation held.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from hypothesis.errors import UnsatisfiedAssumption
 
 from radixkv_conformance.findings import Finding, invariant_id
 from radixkv_conformance.profile import PROFILES, Profile
@@ -68,6 +71,8 @@ def trace_document(
         "message": message,
         "step": steps[-1]["id"] if steps else None,
     }
+    if machine.session.known:  # the run went on past these: its replay must too
+        document["known"] = sorted(machine.session.known)
     document["steps"] = [encode(step) for step in steps]
     return document
 
@@ -99,6 +104,7 @@ class ReplayResult:
     check: str = ""
     message: str = ""
     finding: str = ""
+    acknowledged: tuple[str, ...] = ()  # the known ids it went on past, one per hit
 
     @property
     def invariant(self) -> str | None:
@@ -118,15 +124,23 @@ def profile_of(document: dict[str, Any]) -> Profile:
 
 
 def replay(
-    document: dict[str, Any], factory: AdapterFactory, profile: Profile | None = None
+    document: dict[str, Any],
+    factory: AdapterFactory,
+    profile: Profile | None = None,
+    known: Iterable[str] | None = None,
 ) -> ReplayResult:
     """Run the trace's steps against ``factory``; ``passed`` is False if any check failed.
 
-    ``profile`` defaults to the built-in profile the trace names.
+    ``profile`` defaults to the built-in profile the trace names; ``known`` to the ids
+    the trace lists under ``known``. Known ids are acknowledged as in a search: each hit
+    is recorded (``acknowledged``) and the replay goes on past it; one the step cannot go
+    on past ends the replay there, as passed.
     """
     from radixkv_conformance.machines import machine_for
 
-    machine_cls = machine_for("ReplayMachine", factory, profile or profile_of(document))
+    chosen = profile or profile_of(document)
+    acknowledged = frozenset(document.get("known", ()) if known is None else known)
+    machine_cls = machine_for("ReplayMachine", factory, chosen, known=acknowledged)
     machine = machine_cls()
     nodes: dict[int, NodeRef] = {}
     locks: dict[int, LockRef] = {}
@@ -138,8 +152,15 @@ def replay(
             machine.check_invariants_now()  # failing here, it failed after this step (FORMAT.md)
             done += 1
     except Finding as finding:  # a failed check: the replay reports it
-        return ReplayResult(False, done, finding.check, finding.message, finding.finding_id)
-    return ReplayResult(True, done)
+        hits = _hits(machine)
+        return ReplayResult(False, done, finding.check, finding.message, finding.finding_id, hits)
+    except UnsatisfiedAssumption:  # a known finding it cannot go on past
+        return ReplayResult(True, done, acknowledged=_hits(machine))
+    return ReplayResult(True, done, acknowledged=_hits(machine))
+
+
+def _hits(machine: ConformanceMachine) -> tuple[str, ...]:
+    return tuple(fid for _, fid in getattr(machine, "acknowledged", ()))
 
 
 def _run_step(
