@@ -119,9 +119,9 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "hash-ignores-namespace",
-        CACHE,
-        "            return namespace_seed(extra_key)",
-        "            return None",
+        EVENTS,  # the page hashes of every cache are computed there (node_page_hashes)
+        "        return namespace_seed(node.extra_key)",
+        "        return None",
     ),
     Mutant(
         "unmatched-unlock-accepted",
