@@ -74,6 +74,7 @@ class ZmqEventPublisher:
 
     def wait_for_subscribers(self, count: int = 1, timeout: float = 10.0) -> bool:
         """Block until ``count`` subscriptions arrived (at most ``timeout`` seconds)."""
+        # A socket wait, not recency: the caches' clocks stay logical (SPEC.md).
         deadline = time.monotonic() + timeout
         while self.subscribers < count:
             left = deadline - time.monotonic()
