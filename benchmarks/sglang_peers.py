@@ -169,10 +169,10 @@ class SglangRustReplay(SglangReplay):
         self._rc, self._base = python_tree()
         self.cache = rust_tree(pool, page_size)
 
-    def insert(self, key: Any, extra_key: str | None, value: Any) -> int:
-        # The controller frees the duplicates in [prev_prefix_len, prefix_len) itself; with
-        # prev_prefix_len at the end it frees none, and the driver frees them untimed, as
-        # it does for the other caches.
+    def insert(self, key: Any, extra_key: str | None, value: Any, priority: int = 0) -> int:
+        # ``priority`` is unused, as for the Python tree (LRU). The controller frees the
+        # duplicates in [prev_prefix_len, prefix_len) itself; with prev_prefix_len at the
+        # end it frees none, and the driver frees them untimed, as for the other caches.
         params = self._base.InsertParams(
             key=self._rc.RadixKey(key, extra_key), value=value, prev_prefix_len=len(value)
         )

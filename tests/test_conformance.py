@@ -27,7 +27,7 @@ QUICK = settings(
 )
 NO_SHRINK = settings(QUICK, phases=[Phase.explicit, Phase.generate])  # finding, not minimising
 SHRINK = settings(QUICK, max_examples=20, stateful_step_count=10)
-BOTH_BUGS = ("INV-14:unmatched-unlock", "INV-11:evict")
+BOTH_BUGS = ("INV-14:unmatched-unlock", "INV-11:evict-reported-counts")
 PROFILE = RADIXKV.but(name="defined-in-this-module")  # not a built-in profile
 module_factory = broken.two_bugs  # `radixkv check tests.test_conformance:module_factory`
 

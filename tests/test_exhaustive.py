@@ -80,9 +80,10 @@ def test_finds_the_leak_of_the_adapter_that_forgets_to_free() -> None:
 
 def test_finds_both_bugs_of_two_bugs_separately_and_known_ones_are_acknowledged() -> None:
     findings = _findings(broken.TwoBugs, 2)
-    assert set(findings) == {"INV-14:unmatched-unlock", "INV-11:evict"}
+    assert set(findings) == {"INV-14:unmatched-unlock", "INV-11:evict-reported-counts"}
     assert [s.rule for s in findings["INV-14:unmatched-unlock"].steps][-1] == "unlock_without_lock"
-    machine = machine_for("Known", broken.TwoBugs, RADIXKV, known=frozenset({"INV-11:evict"}))
+    known = frozenset({"INV-11:evict-reported-counts"})
+    machine = machine_for("Known", broken.TwoBugs, RADIXKV, known=known)
     report = explore(machine, PAGE_ONE, 2)
     assert set(report.findings) == {"INV-14:unmatched-unlock"}
     assert report.acknowledged > 0
@@ -324,7 +325,7 @@ def test_the_cli_reports_each_finding_with_a_trace(
     status = main(["check", "--exhaustive", "2", target, "--traces", str(tmp_path)])
     out = capsys.readouterr().out
     assert status == 1
-    assert "[INV-14:unmatched-unlock]" in out and "[INV-11:evict]" in out
+    assert "[INV-14:unmatched-unlock]" in out and "[INV-11:evict-reported-counts]" in out
     assert "exhaustive, up to 2 steps:" in out
     traces = sorted(tmp_path.glob("exhaustive-*.json"))
     assert len(traces) == 2
@@ -333,7 +334,7 @@ def test_the_cli_reports_each_finding_with_a_trace(
 
 def test_the_cli_acknowledges_known_findings(capsys: pytest.CaptureFixture[str]) -> None:
     target = "radixkv_conformance.adapters.broken:two_bugs"
-    known = ["--known", "INV-14:unmatched-unlock", "--known", "INV-11:evict"]
+    known = ["--known", "INV-14:unmatched-unlock", "--known", "INV-11:evict-reported-counts"]
     assert main(["check", "--exhaustive", "2", target, *known]) == 0
     assert "sequences hit acknowledged findings" in capsys.readouterr().out
 

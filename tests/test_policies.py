@@ -122,7 +122,7 @@ def test_whole_leaf_eviction_fails_the_tail_policy() -> None:
     )
     assert replay(three_then_one, radix_cache, RADIXKV).passed
     tail = replay(three_then_one, radix_cache, RADIXKV.but(eviction=TAIL_PAGES))
-    assert tail.finding == "INV-11:evict", tail
+    assert tail.finding == "INV-11:evict-amount-freed", tail
 
 
 # ---- who frees duplicates, reset, locks ----------------------------------------------------

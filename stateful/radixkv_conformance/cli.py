@@ -95,7 +95,7 @@ def _parser() -> argparse.ArgumentParser:
         "--traces", type=Path, default=Path("conformance-traces"), help="where findings go"
     )
     check.add_argument(
-        "--max-failures", type=int, default=8, help="distinct findings to collect (default 8)"
+        "--max-failures", type=int, default=32, help="distinct findings to collect (default 32)"
     )
     try:
         from radixkv.driver import replay

@@ -12,7 +12,8 @@ and the profile of policies it runs under. From pytest::
 
 The adapter's capabilities are checked up front, then every rule set it declares runs.
 Every distinct finding is reported on its own, with its own shrunk trace: Hypothesis shrinks
-distinct findings separately (each has its own exception type), and after a search the
+distinct findings separately (each has its own exception type), ``minimize`` then deletes
+every step the finding does not need by replaying the trace, and after a search the
 findings it reported are acknowledged and the search goes on past them, until no new one
 shows up or ``max_failures`` were collected. Findings in ``known`` are acknowledged from the
 start: a run records each hit and goes on past it, so later, distinct findings are reached;
@@ -35,6 +36,7 @@ from hypothesis.stateful import run_state_machine_as_test
 
 from radixkv_conformance.findings import Finding, flatten, invariant_id
 from radixkv_conformance.machines import ConformanceMachine, machine_for, probe_adapter
+from radixkv_conformance.minimize import minimize
 from radixkv_conformance.profile import RADIXKV, Profile, describe
 from radixkv_conformance.protocol import CAPABILITIES, AdapterFactory, require_capabilities
 
@@ -153,7 +155,7 @@ def run_conformance(
     profile: Profile = RADIXKV,
     settings: Settings | None = None,
     name: str | None = None,
-    max_failures: int = 8,
+    max_failures: int = 32,
     known: Iterable[str] = (),
     progress: Callable[[Counter[str]], None] | None = None,
 ) -> ConformanceReport:
@@ -188,12 +190,17 @@ def run_conformance(
         if not new:
             break
         for finding in new[: max_failures - len(report.failures)]:
-            report.failures.append(
-                Failure(finding.finding_id, finding.check, finding.message, finding.trace)
-            )
+            report.failures.append(_minimized(finding, factory, profile))
             acknowledged.add(finding.finding_id)  # search on past it
     report.seconds = time.perf_counter() - started
     return report
+
+
+def _minimized(finding: Finding, factory: AdapterFactory, profile: Profile) -> Failure:
+    """The finding with its trace cut to the steps it needs (minimize.py)."""
+    trace = minimize(finding.trace, factory, profile)
+    failure = trace["failure"]
+    return Failure(finding.finding_id, failure["check"], failure["message"], trace)
 
 
 def _search(machine: type[ConformanceMachine], settings: Settings | None) -> list[Finding]:

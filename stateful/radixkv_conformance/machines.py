@@ -798,12 +798,15 @@ class PlainRules(ConformanceMachine):
             step["observed"] = {"freed": [list(g) for g in groups]}
             self.model.apply_eviction(num_tokens, groups)
             freed = sum(len(g) for g in groups)
-            self.require(reported == freed, f"INV-11: evict reported {reported}, freed {freed}")
+            # Each its own finding: a miscount must not hide a wrong victim, nor the reverse.
+            with self.checking("evict: reported counts"):
+                self.require(reported == freed, f"INV-11: evict reported {reported}, freed {freed}")
             eviction = self.profile.eviction
-            self.require(
-                eviction.admissible(freed, num_tokens, self.page_size),
-                f"INV-11: {eviction.name} eviction freed {freed} for a target of {num_tokens}",
-            )
+            with self.checking("evict: amount freed"):
+                self.require(
+                    eviction.admissible(freed, num_tokens, self.page_size),
+                    f"INV-11: {eviction.name} eviction freed {freed} for a target of {num_tokens}",
+                )
             self.count("evict")
             self.session.stats["evicted tokens"] += freed
 

@@ -105,6 +105,7 @@ class ReplayResult:
     message: str = ""
     finding: str = ""
     acknowledged: tuple[str, ...] = ()  # the known ids it went on past, one per hit
+    trace: dict[str, Any] | None = None  # a failing replay's own document of its steps
 
     @property
     def invariant(self) -> str | None:
@@ -153,7 +154,9 @@ def replay(
             done += 1
     except Finding as finding:  # a failed check: the replay reports it
         hits = _hits(machine)
-        return ReplayResult(False, done, finding.check, finding.message, finding.finding_id, hits)
+        return ReplayResult(
+            False, done, finding.check, finding.message, finding.finding_id, hits, finding.trace
+        )
     except UnsatisfiedAssumption:  # a known finding it cannot go on past
         return ReplayResult(True, done, acknowledged=_hits(machine))
     return ReplayResult(True, done, acknowledged=_hits(machine))
