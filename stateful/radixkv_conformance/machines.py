@@ -340,6 +340,21 @@ class ConformanceMachine(RuleBasedStateMachine):
     def frees_since(self, seen: int, kind: str = "free") -> list[int]:
         return [i for k, group in self.events[seen:] if k == kind for i in group]
 
+    def settle_duplicates(self, given: Indices, held: Indices, seen: int) -> None:
+        """The caller's indices for the cached prefix that differ from the cache's are
+        duplicates: the duplicates policy says who frees them (INV-7)."""
+        duplicates = tuple(i for i, h in zip(given, held, strict=True) if i != h)
+        by_cache = self.frees_since(seen)
+        if self.profile.duplicates == "cache":
+            self.require(
+                sorted(by_cache) == sorted(duplicates), "INV-7: the cache must free duplicates"
+            )
+        else:
+            self.require(
+                not by_cache, f"INV-7: insert freed {by_cache}; the caller owns duplicates"
+            )
+            self.release("free", duplicates, by="caller")
+
     # ---- drawing -------------------------------------------------------------------------
 
     def draw_tokens(self, data: st.DataObject) -> tuple[int, ...]:
@@ -736,21 +751,6 @@ class PlainRules(ConformanceMachine):
             self.keys_seen.append(tokens)
             self.count("insert")
             return self.ref(got.handle, namespace, key if profile.stores else ())
-
-    def settle_duplicates(self, given: Indices, held: Indices, seen: int) -> None:
-        """The caller's indices for the cached prefix that differ from the cache's are
-        duplicates: the duplicates policy says who frees them (INV-7)."""
-        duplicates = tuple(i for i, h in zip(given, held, strict=True) if i != h)
-        by_cache = self.frees_since(seen)
-        if self.profile.duplicates == "cache":
-            self.require(
-                sorted(by_cache) == sorted(duplicates), "INV-7: the cache must free duplicates"
-            )
-        else:
-            self.require(
-                not by_cache, f"INV-7: insert freed {by_cache}; the caller owns duplicates"
-            )
-            self.release("free", duplicates, by="caller")
 
     def do_page_hashes(self, ref: NodeRef) -> None:
         """Page hashes are a pure function of namespace and root path (INV-9, INV-13).

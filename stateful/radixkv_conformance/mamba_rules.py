@@ -194,19 +194,6 @@ class MambaRules(ConformanceMachine):
             self.session.stats["evicted tokens"] += tokens
             self.session.stats["evicted slots"] += slots
 
-    def settle_duplicates(self, given: tuple[int, ...], held: tuple[int, ...], seen: int) -> None:
-        duplicates = tuple(i for i, h in zip(given, held, strict=True) if i != h)
-        by_cache = self.frees_since(seen)
-        if self.profile.duplicates == "cache":
-            self.require(
-                sorted(by_cache) == sorted(duplicates), "INV-7: the cache must free duplicates"
-            )
-        else:
-            self.require(
-                not by_cache, f"INV-7: insert freed {by_cache}; the caller owns duplicates"
-            )
-            self.release("free", duplicates, by="caller")
-
     # ---- rules ---------------------------------------------------------------------------
 
     @rule(target=ConformanceMachine.nodes, data=st.data(), with_slot=st.booleans())

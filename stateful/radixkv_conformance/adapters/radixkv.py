@@ -94,10 +94,50 @@ class _CallerBuffers:
         self.values.clear()
 
 
-class RadixCacheAdapter:
-    """radixkv's RadixCache (no window)."""
+class _OwnCacheAdapter:
+    """What the adapters of radixkv's own caches share: the kit's view of evictions, the
+    caller's buffers, the cache's own invariant check and events."""
 
     usage_errors: tuple[type[BaseException], ...] = (radixkv.UsageError,)
+    cache: radixkv.RadixCache | radixkv.MambaRadixCache
+
+    def __init__(self, page_size: int) -> None:
+        self.page_size = page_size
+        self.evicted_ids: list[int] = []
+        self.buffers = _CallerBuffers()
+        self.events = EventRecorder()
+
+    def evicted_node_ids(self) -> list[Hashable]:
+        return list(self.evicted_ids)
+
+    def take_events(self) -> list[list[Any]]:
+        return [to_wire(event) for event in self.events.take()]
+
+    def scribble(self) -> None:
+        self.buffers.scribble()
+
+    def check(self) -> None:
+        self.cache.check_invariants()
+
+
+def _node_state(node: TreeNode, *extra: object) -> tuple[object, ...]:
+    """What a snapshot holds of every node: where it is, its tokens, indices and recency,
+    then what its cache adds (``extra``)."""
+    return (
+        node.id,
+        node.parent.id if node.parent is not None else None,
+        node.extra_key,
+        node.tokens,
+        tuple(node.value.tolist()) if node.value is not None else None,
+        node.last_access_time,
+        node.hit_count,
+        *extra,
+    )
+
+
+class RadixCacheAdapter(_OwnCacheAdapter):
+    """radixkv's RadixCache (no window)."""
+
     capabilities = frozenset(
         {
             "namespaces",
@@ -113,12 +153,11 @@ class RadixCacheAdapter:
     )
     notes = "page_hashes asks for the deepest node's hashes first (order must not matter)"
 
+    cache: radixkv.RadixCache
+
     def __init__(self, page_size: int, host: Host, device: str = "cpu") -> None:
-        self.page_size = page_size
+        super().__init__(page_size)
         self.device = torch.device(device)
-        self.evicted_ids: list[int] = []
-        self.buffers = _CallerBuffers()
-        self.events = EventRecorder()
         self.cache = self._build(page_size, host)
 
     def _build(self, page_size: int, host: Host) -> radixkv.RadixCache:
@@ -171,38 +210,20 @@ class RadixCacheAdapter:
         above = list(path_to_root(handle))[:0:-1]
         return [h for node in above for h in self.cache.compute_node_hash(node)] + own
 
-    def evicted_node_ids(self) -> list[Hashable]:
-        return list(self.evicted_ids)
-
     def live_node_ids(self) -> set[Hashable]:
         return {node.id for node in iter_subtree(self.cache.root)}
 
-    def take_events(self) -> list[list[Any]]:
-        return [to_wire(event) for event in self.events.take()]
-
-    def scribble(self) -> None:
-        self.buffers.scribble()
-
-    def check(self) -> None:
-        self.cache.check_invariants()
-
     def snapshot(self) -> Hashable:
         nodes = tuple(
-            (
-                node.id,
-                node.parent.id if node.parent is not None else None,
-                node.extra_key,
-                node.tokens,
-                tuple(node.value.tolist()) if node.value is not None else None,
-                node.lock_ref,
-                node.held_locks,
-                node.last_access_time,
-                node.hit_count,
-                tuple(node.hash_values or ()),
-                node.swa_lock_ref,
-                node.swa_tombstone,
+            _node_state(
+                n,
+                n.lock_ref,
+                n.held_locks,
+                tuple(n.hash_values or ()),
+                n.swa_lock_ref,
+                n.swa_tombstone,
             )
-            for node in iter_subtree(self.cache.root)
+            for n in iter_subtree(self.cache.root)
         )
         return (nodes, self.sizes(), self.cache.root.last_access_time, len(self.evicted_ids))
 
@@ -269,10 +290,9 @@ class SlidingWindowAdapter(RadixCacheAdapter):
         return self.cache.swa_evictable_size(), self.cache.swa_protected_size()
 
 
-class MambaAdapter:
+class MambaAdapter(_OwnCacheAdapter):
     """radixkv's MambaRadixCache; state slots come from the kit's host."""
 
-    usage_errors: tuple[type[BaseException], ...] = (radixkv.UsageError,)
     capabilities = frozenset(
         {
             "namespaces",
@@ -287,18 +307,14 @@ class MambaAdapter:
         }
     )
 
+    cache: radixkv.MambaRadixCache
+
     def __init__(self, page_size: int, host: Host) -> None:
-        self.page_size = page_size
-        self.evicted_ids: list[int] = []
-        self.buffers = _CallerBuffers()
-        self.events = EventRecorder()
+        super().__init__(page_size)
         pools = _Pools(host, torch.device("cpu"))
         self.cache = radixkv.MambaRadixCache(
             page_size, pools, pools, self.evicted_ids.append, event_listener=self.events
         )
-
-    def take_events(self) -> list[list[Any]]:
-        return [to_wire(event) for event in self.events.take()]
 
     def match(self, tokens: tuple[Any, ...], namespace: Any) -> Matched:
         r = self.cache.match_prefix(self.buffers.key(tokens, namespace))
@@ -363,33 +379,12 @@ class MambaAdapter:
     def lock_counts(self) -> list[tuple[int, int]]:
         return [(n.full_lock_ref, n.mamba_lock_ref) for n in self.cache.nodes()]
 
-    def evicted_node_ids(self) -> list[Hashable]:
-        return list(self.evicted_ids)
-
     def live_node_ids(self) -> set[Hashable]:
         return {node.id for node in self.cache.nodes()}
 
-    def scribble(self) -> None:
-        self.buffers.scribble()
-
-    def check(self) -> None:
-        self.cache.check_invariants()
-
     def snapshot(self) -> Hashable:
         nodes = tuple(
-            (
-                n.id,
-                n.parent.id if n.parent is not None else None,
-                n.extra_key,
-                n.tokens,
-                tuple(n.value.tolist()) if n.value is not None else None,
-                n.slot,
-                n.full_lock_ref,
-                n.mamba_lock_ref,
-                n.last_access_time,
-                n.hit_count,
-            )
-            for n in self.cache.nodes()
+            _node_state(n, n.slot, n.full_lock_ref, n.mamba_lock_ref) for n in self.cache.nodes()
         )
         full, mamba = self.lru_orders()
         return (nodes, self.sizes(), tuple(full), tuple(mamba), len(self.evicted_ids))
