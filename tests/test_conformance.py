@@ -17,10 +17,17 @@ from radixkv_conformance import (
     run_conformance,
 )
 from radixkv_conformance.adapters import broken, chunk, max_trie
-from radixkv_conformance.adapters.radixkv import mamba, radix_cache, sliding_window
+from radixkv_conformance.adapters.radixkv import (
+    RadixCacheAdapter,
+    mamba,
+    radix_cache,
+    sliding_window,
+)
 from radixkv_conformance.cli import main
+from radixkv_conformance.machines import chain_restarted
 from radixkv_conformance.profile import RADIXKV, RADIXKV_MAMBA, RADIXKV_SWA
 from radixkv_conformance.trace import replay
+from radixkv_spec.hashing import page_hashes
 
 QUICK = settings(
     max_examples=25, stateful_step_count=20, deadline=None, database=None, derandomize=True
@@ -202,3 +209,38 @@ def test_a_claimed_capability_is_checked_before_any_step(adapter: type, message:
 def test_an_adapter_without_the_core_is_refused() -> None:
     with pytest.raises(AdapterError, match=r"has no .*evict\(\)"):
         require_capabilities(object())
+
+
+class AcceptsNegativeTokens(RadixCacheAdapter):
+    """Inserts a key with a negative id as if the id were 0: an accepted bad call that
+    changes the cache, which no model can follow."""
+
+    def insert(self, tokens: tuple[Any, ...], namespace: Any, indices: tuple[int, ...]) -> Any:
+        clean = tuple(0 if isinstance(t, int) and t < 0 else t for t in tokens)
+        return super().insert(clean, namespace, indices)
+
+
+def accepts_negative_tokens(page_size: int, host: Any) -> AcceptsNegativeTokens:
+    return AcceptsNegativeTokens(page_size, host)
+
+
+def test_a_bad_call_the_cache_is_known_to_accept_is_not_drawn_again() -> None:
+    bad = "INV-14:bad-insert-with-a-bad-token"
+    found = run_conformance(accepts_negative_tokens, settings=NO_SHRINK, max_failures=1)
+    assert [f.finding for f in found.failures] == [bad], found.render()
+    report = run_conformance(accepts_negative_tokens, settings=QUICK, known=[bad])
+    report.raise_for_failures()
+    assert report.acknowledged[bad] == 0  # never tried: it would only end runs
+    assert report.stats["rejected match with a bad token"] > 0  # the other bad calls stay
+    assert not report.stats["runs ended: an acknowledged call changed the cache"]
+
+
+def test_a_hash_chain_restarted_below_the_root_is_a_path_mistake() -> None:
+    prefix = (5, 6, 7, 8)
+    right = page_hashes(None, prefix, 2)
+    lower_alone = [right[0], page_hashes(None, prefix[2:], 2)[0]]
+    assert chain_restarted(lower_alone, None, prefix, 2)
+    assert not chain_restarted(right, None, prefix, 2)  # nothing restarted
+    assert not chain_restarted(lower_alone[:1], None, prefix, 2)  # a page missing
+    assert not chain_restarted([right[0], "not a hash"], None, prefix, 2)
+    assert not chain_restarted(lower_alone, "a", prefix, 2)  # another namespace's chain

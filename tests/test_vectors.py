@@ -51,5 +51,6 @@ def test_vector_replays_to_its_recorded_outcome(path: Path, target: str, outcome
     else:
         assert not result.passed, f"{path.name} on {target} no longer fails"
         assert result.invariant == document["failure"]["invariant"], result.message
+        assert result.finding == document["failure"]["finding"], result  # the same finding
         # ``steps`` counts the steps whose checks all held: the failing one is the next
         assert result.steps == document["failure"]["step"], "it fails at a different step"
