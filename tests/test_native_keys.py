@@ -25,7 +25,16 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from radixkv import RadixCache, RadixKey, native
-from radixkv.keys import COMPACT, PACKED, Ids32, ListKey, read_key, widen
+from radixkv.keys import (
+    COMPACT,
+    PACKED,
+    Ids32,
+    ListKey,
+    no_negative_ids,
+    read_key,
+    signs_clear,
+    widen,
+)
 from tests.helpers import path_tokens, snapshot
 
 compiled = pytest.mark.skipif(not native.available(), reason="the C key helpers are not built")
@@ -302,3 +311,24 @@ def test_widen_is_native_int64(ids: list[int]) -> None:
     assert helpers.widen(slim) == struct.pack(f"={len(ids)}q", *ids)
     with build(False):
         assert widen(Ids32(slim)) == helpers.widen(slim)  # the pure definition agrees
+
+
+@compiled
+@given(
+    ids=st.lists(st.integers(-(2**63), 2**63 - 1), max_size=30),
+    data=st.data(),
+)
+def test_signs_clear_agrees_with_the_reference_on_bytes_and_views(
+    ids: list[int], data: st.DataObject
+) -> None:
+    helpers = native._compiled
+    assert helpers is not None
+    packed = struct.pack(f"={len(ids)}q", *ids)
+    first = data.draw(st.integers(0, len(ids)), label="from id")
+    assert signs_clear(packed, first * PACKED) == all(i >= 0 for i in ids[first:])
+    start = data.draw(st.integers(0, len(packed)), label="from byte")  # aligned or not
+    assert helpers.signs_clear(packed, start) == signs_clear(packed, start)
+    cut = data.draw(st.integers(0, len(ids)), label="view from id")
+    view = memoryview(packed)[cut * PACKED :]
+    assert helpers.signs_clear(view, 0) == signs_clear(bytes(view))
+    assert no_negative_ids(view) == all(i >= 0 for i in ids[cut:])

@@ -218,6 +218,34 @@ static PyObject *shared32(PyObject *self, PyObject *const *args, Py_ssize_t narg
     return PyLong_FromSsize_t(i);
 }
 
+/* signs_clear(buffer, start) -> bool: no native int64 id from byte ``start`` on is negative
+ * (keys.signs_clear, on any buffer: a view of the caller's array is read in place). */
+static PyObject *signs_clear(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "signs_clear(buffer, start)");
+        return NULL;
+    }
+    Py_ssize_t start = PyLong_AsSsize_t(args[1]);
+    if (start == -1 && PyErr_Occurred()) return NULL;
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0) return NULL;
+    if (start < 0 || start > view.len) {
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_IndexError, "start out of bounds");
+        return NULL;
+    }
+    const char *ids = (const char *)view.buf + start;
+    Py_ssize_t n = (view.len - start) / (Py_ssize_t)sizeof(int64_t);
+    uint64_t any = 0; /* no early exit: the compiler vectorises the OR */
+    for (Py_ssize_t i = 0; i < n; i++) {
+        uint64_t v;
+        memcpy(&v, ids + i * sizeof v, sizeof v);
+        any |= v;
+    }
+    PyBuffer_Release(&view);
+    return PyBool_FromLong(!(any >> 63));
+}
+
 /* widen(compact) -> bytes: native int32 ids as native int64 ones (dict keys of a node). */
 static PyObject *widen(PyObject *self, PyObject *compact) {
     if (!PyBytes_Check(compact)) {
@@ -244,6 +272,8 @@ static PyMethodDef methods[] = {
     {"shared32", (PyCFunction)(void (*)(void))shared32, METH_FASTCALL,
      "Leading int32 ids of stored equal to the probe's ids from start."},
     {"plain_ids", plain_ids, METH_O, "Every item is an exact int or bool in [0, 2**63)."},
+    {"signs_clear", (PyCFunction)(void (*)(void))signs_clear, METH_FASTCALL,
+     "No native int64 id of the buffer from byte start on is negative."},
     {"pack", (PyCFunction)(void (*)(void))pack, METH_FASTCALL,
      "Items [start, end) as native int64 bytes."},
     {"shared", (PyCFunction)(void (*)(void))shared, METH_FASTCALL,

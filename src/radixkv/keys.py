@@ -42,10 +42,12 @@ agree with, byte for byte, and nothing else in the package touches a key's bytes
 **The compiled path** (native.py: ``radixkv._keys``, C, built by ``pip install .`` when a
 compiler is there; off under ``RADIXKV_PURE=1``). A ``list`` or tuple of plain ids (exact
 ints or bools in [0, 2**63)) is not packed at all: one C pass checks every id and the key
-is read in place (``ListKey``, ``ListRead``), compared id by id with the stored bytes, and
-only the parts the tree stores or a dict key needs are packed. Any other list (an odd id,
-a bad one, a bigram) takes the reference path above, which decides and raises; the
-helpers never raise a usage error themselves, so both paths behave the same, errors
+is read in place (``ListKey``), compared id by id with the stored bytes, and
+only the parts the tree stores or a dict key needs are packed. The sign test runs in C on
+any buffer (``no_negative_ids``: a view of the caller's array is not copied), and a part an
+insert stores as int32 ids needs none (narrowing proved every id below 2**31). Any other
+list (an odd id, a bad one, a bigram) takes the reference path above, which decides and
+raises; the helpers never raise a usage error themselves, so both paths behave the same, errors
 included (tests/test_native_keys.py compares them).
 """
 
@@ -270,16 +272,17 @@ class KeyRead:
         """Raise the usage error naming a negative id at token ``start`` or later."""
         if type(self.probe) is ListKey:
             return  # read_key checked every id
-        if self.packed and not _views_signs_clear(cast(memoryview, self.probe), start * PACKED):
+        if self.packed and not no_negative_ids(cast(memoryview, self.probe), start * PACKED):
             self._raise_exact()
 
     def new_part(self, start: int) -> KeyData:
         """Tokens from ``start`` on, copied out of the caller's buffer and checked (on the
         copy, which an insert stores anyway)."""
         part = span(self.data, start, self.length)
-        if type(part) is bytes and not signs_clear(part):
+        stored = compact(part)  # int32 ids are below 2**31: none is negative
+        if stored is part and type(part) is bytes and not no_negative_ids(part):
             self._raise_exact()
-        return compact(part)
+        return stored
 
     def tokens(self) -> Tokens:
         """The aligned key as a token tuple (for ``value=None``; not hot)."""
@@ -369,12 +372,22 @@ def _tensor_bytes(ids: torch.Tensor) -> bytes | None:
     return out.tobytes()
 
 
+def no_negative_ids(data: bytes | memoryview, start: int = 0) -> bool:
+    """No packed id of ``data`` from byte ``start`` on is negative: ``signs_clear`` on the
+    pure path, the compiled helper (which reads a view in place) on the other."""
+    helpers = native.helpers
+    if helpers is not None:
+        return helpers.signs_clear(data, start)
+    if isinstance(data, bytes):
+        return signs_clear(data, start)
+    return _views_signs_clear(data, start)
+
+
 _CHUNK = 1 << 15  # bytes of a view copied at a time: small copies reuse warm memory
 
 
-def _views_signs_clear(data: memoryview | Tokens, start: int) -> bool:
-    """No packed id from byte ``start`` of ``data`` on has its sign bit set."""
-    view = cast(memoryview, data)
+def _views_signs_clear(view: memoryview, start: int) -> bool:
+    """No packed id from byte ``start`` of ``view`` on has its sign bit set."""
     if isinstance(view.obj, bytes) and len(view) == len(view.obj):  # our own bytes, whole
         return signs_clear(view.obj, start)
     # Bytes are needed to test at C speed; copying the view whole costs a large fresh
@@ -434,7 +447,7 @@ def encode(token_ids: Iterable[object], packed: bool) -> KeyData:
     stored = bytes(data)
     if type(data) is memoryview:
         data.release()
-    if not signs_clear(stored):
+    if not no_negative_ids(stored):
         validate_tokens(token_ids)
     return stored
 

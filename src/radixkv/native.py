@@ -33,6 +33,9 @@ class KeyHelpers(Protocol):
     def narrow(self, packed: bytes, /) -> bytes | None:
         """Native int64 ids (none negative) as int32 ones; ``None`` if one is >= 2**31."""
 
+    def signs_clear(self, buffer: bytes | memoryview, start: int, /) -> bool:
+        """No native int64 id of ``buffer`` from byte ``start`` on is negative."""
+
     def shared32(
         self, stored: bytes, probe: Ids | bytes | memoryview, start: int, end: int, /
     ) -> int:
