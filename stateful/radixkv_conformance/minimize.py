@@ -17,7 +17,7 @@ ids that run still hits.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from radixkv_conformance.profile import Profile
@@ -43,17 +43,18 @@ def minimize(
     """
     acknowledged = tuple(document.get("known", ()) if known is None else known)
     target = document["failure"].get("finding")  # None in traces older than finding ids
+    best: dict[str, Any] | None = None  # the document of the last replay that still failed
 
-    def fails(steps: Sequence[Step]) -> dict[str, Any] | None:
-        nonlocal target
+    def fails(steps: Sequence[Step]) -> bool:
+        nonlocal target, best
         result = replay({**document, "steps": list(steps)}, factory, profile, acknowledged)
         target = target or result.finding  # an old trace's finding: what it fails with
         if result.passed or result.finding != target or result.trace is None:
-            return None
-        return _with_header(document, result.trace)
+            return False
+        best = _with_header(document, result.trace)
+        return True
 
-    best = fails(document["steps"])
-    if best is None:
+    if not fails(document["steps"]):
         return document
     steps = list(document["steps"])
     deadline = time.perf_counter() + budget_s
@@ -63,24 +64,24 @@ def minimize(
         if chunk == 1 and not shrunk:
             break
         chunk = max(1, chunk // 2)
-    return _keep_hit_known_only(fails(steps) or best, factory, profile)
+    assert best is not None  # set by the first replay, and by every deletion kept
+    return _keep_hit_known_only(best, factory, profile)
 
 
 def _delete_chunks(
-    steps: list[Step], chunk: int, fails: Any, deadline: float
+    steps: list[Step], chunk: int, fails: Callable[[Sequence[Step]], bool], deadline: float
 ) -> tuple[list[Step], bool]:
     """One pass deleting ``chunk`` steps at a time, from the end (later steps depend on
-    earlier ones, so deleting them first frees the most)."""
+    earlier ones, so deleting them first frees the most). A deletion never touches the
+    steps before it: the steps that use a deleted handle all come after it."""
     shrunk = False
     end = len(steps)
     while end > 0 and time.perf_counter() < deadline:
         start = max(0, end - chunk)
         candidate = without(steps, {steps[i]["id"] for i in range(start, end)})
-        if candidate != steps and fails(candidate) is not None:
+        if fails(candidate):
             steps, shrunk = candidate, True
-            end = min(start, len(steps))
-        else:
-            end = start
+        end = start
     return steps, shrunk
 
 
