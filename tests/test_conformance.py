@@ -244,3 +244,30 @@ def test_a_hash_chain_restarted_below_the_root_is_a_path_mistake() -> None:
     assert not chain_restarted(lower_alone[:1], None, prefix, 2)  # a page missing
     assert not chain_restarted([right[0], "not a hash"], None, prefix, 2)
     assert not chain_restarted(lower_alone, "a", prefix, 2)  # another namespace's chain
+
+
+def test_cli_minimizes_a_replayed_trace(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A long failing trace (a user's own) is cut to what its finding needs."""
+    steps: list[dict[str, Any]] = [
+        {"op": "insert", "tokens": [1, 2], "namespace": None, "indices": [0, 1]},
+        {"op": "match", "tokens": [1], "namespace": None},
+        {"op": "insert", "tokens": [3], "namespace": "a", "indices": [2]},
+        {"op": "unlock", "node": 0, "lock": None},  # the bug: nobody locked [1, 2]
+        {"op": "match", "tokens": [3], "namespace": "a"},
+    ]
+    trace = {
+        "format": "radixkv-trace/1",
+        "semantics": "radixkv",
+        "page_size": 1,
+        "failure": {"check": "unmatched unlock", "message": "", "step": 3},
+        "steps": [{"id": i, **step} for i, step in enumerate(steps)],
+    }
+    long, short = tmp_path / "long.json", tmp_path / "short.json"
+    long.write_text(json.dumps(trace))
+    target = "radixkv_conformance.adapters.broken:two_bugs"
+    assert main(["check", "--replay", str(long), target, "--minimize", str(short)]) == 1
+    assert "minimized: 2 of 5 steps" in capsys.readouterr().out
+    small = json.loads(short.read_text())
+    assert [s["op"] for s in small["steps"]] == ["insert", "unlock"]
+    assert small["failure"]["finding"] == BOTH_BUGS[0]
+    assert main(["check", "--replay", str(short), target]) == 1

@@ -21,6 +21,7 @@ from radixkv_conformance.conformance import (
 )
 from radixkv_conformance.findings import Finding
 from radixkv_conformance.machines import ConformanceMachine, machine_for
+from radixkv_conformance.minimize import minimize
 from radixkv_conformance.profile import (
     CHUNK_CACHE,
     MAX_RADIX_TRIE,
@@ -66,6 +67,7 @@ __all__ = [
     "Profile",
     "Sizes",
     "machine_for",
+    "minimize",
     "require_capabilities",
     "run_conformance",
 ]

@@ -3,7 +3,7 @@
     radixkv check                                   # radixkv's own caches, every mode
     radixkv check MODULE:FACTORY [--profile P]      # another implementation
     radixkv check MODULE:FACTORY --known ID ...     # acknowledge findings, search on past them
-    radixkv check --replay TRACE.json [MODULE:FACTORY] [--profile P]
+    radixkv check --replay TRACE.json [MODULE:FACTORY] [--profile P] [--minimize OUT]
     radixkv check --exhaustive N [MODULE:FACTORY]   # every sequence up to N steps
     radixkv replay [--cache radixkv|sglang] [--requests N] [--page-size P] [--plot FILE]
 
@@ -61,7 +61,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("`radixkv check` needs the kit's extra: pip install 'radixkv[kit]'")
     try:
         if args.replay is not None:
-            return _replay(args.replay, args.target, profile_name, args.known)
+            return _replay(args.replay, args.target, profile_name, args.known, args.minimize)
         targets = [(args.target, args.target)] if args.target else list(OWN)
         if args.exhaustive is not None:
             return _exhaustive(args.target, profile_name, args)
@@ -81,6 +81,12 @@ def _parser() -> argparse.ArgumentParser:
     check.add_argument("--hypothesis-profile", choices=SETTINGS_PROFILES, default=None)
     check.add_argument("--thorough", action="store_true", help="= --hypothesis-profile thorough")
     check.add_argument("--replay", type=Path, help="replay a JSON trace instead of searching")
+    check.add_argument(
+        "--minimize",
+        type=Path,
+        metavar="OUT",
+        help="with --replay: write the trace cut to the steps its finding needs to OUT",
+    )
     check.add_argument(
         "--exhaustive", type=int, metavar="N", help="run every sequence up to N steps instead"
     )
@@ -193,9 +199,12 @@ def _exhaustive(target: str | None, profile_name: str | None, args: Any) -> int:
     return exhaustive.command(explored, args.exhaustive, args.traces)
 
 
-def _replay(path: Path, target: str | None, profile_name: str | None, known: list[str]) -> int:
+def _replay(
+    path: Path, target: str | None, profile_name: str | None, known: list[str], out: Path | None
+) -> int:
+    from radixkv_conformance.minimize import minimize
     from radixkv_conformance.profile import PROFILES
-    from radixkv_conformance.trace import load, replay
+    from radixkv_conformance.trace import load, replay, write
 
     document = load(path)
     target = target or REPLAY_DEFAULT[document.get("mode", "plain")]
@@ -214,6 +223,10 @@ def _replay(path: Path, target: str | None, profile_name: str | None, known: lis
         print("  every check held" + (" but the acknowledged ones" if result.acknowledged else ""))
         return 0
     print(f"  FAILED [{result.finding}] at {result.check}: {result.message}")
+    if out is not None:
+        small = minimize(document, factory, profile, known or None)
+        write(small, out)
+        print(f"  minimized: {len(small['steps'])} of {len(document['steps'])} steps in {out}")
     return 1
 
 
