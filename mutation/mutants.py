@@ -171,7 +171,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "insert-new-part-signs-unchecked",
         KEYS,
-        "        if type(part) is bytes and not signs_clear(part):\n",
+        "        if stored is part and type(part) is bytes and not no_negative_ids(part):\n",
         "        if False:\n",
     ),
     Mutant(
