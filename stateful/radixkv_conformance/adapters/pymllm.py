@@ -60,10 +60,51 @@ class _Pool:
         self.host.free_swa(tuple(int(i) for i in indices.tolist()))
 
 
-class PymllmRadixCacheAdapter:
-    """Token tuples become ``RadixKey`` lists, indices int64 CPU tensors; handles are nodes."""
+class PymllmTreeAdapter:
+    """What the adapters of pymllm's caches share: keys, the walk over live nodes, sizes,
+    reset and the evicted ids (``cache`` is the pymllm cache, ``evicted_ids`` its
+    ``on_node_evict`` list)."""
 
     usage_errors: tuple[type[BaseException], ...] = (ValueError, TypeError)
+    page_size: int
+    evicted_ids: list[int]
+    cache: Any
+
+    def _key(self, tokens: Tokens, namespace: Namespace) -> Any:
+        return base.RadixKey(list(tokens), namespace)
+
+    def _paths(self) -> Iterator[tuple[Any, tuple[int, ...]]]:
+        """Every live node below the root with the token path ending at it."""
+        stack: list[tuple[Any, tuple[int, ...]]] = [(self.cache.root_node, ())]
+        while stack:
+            node, path = stack.pop()
+            for child in list(node.children.values()):
+                if child.evicted:
+                    continue
+                child_path = path + tuple(child.key.token_ids)
+                yield child, child_path
+                stack.append((child, child_path))
+
+    def reset(self) -> None:
+        self.cache.reset()
+
+    def sizes(self) -> Sizes:
+        c = self.cache
+        return Sizes(c.evictable_size(), c.protected_size(), c.total_size())
+
+    def evicted_node_ids(self) -> list[Hashable]:
+        return list(self.evicted_ids)
+
+    def live_node_ids(self) -> set[Hashable]:
+        return {node.id for node, _ in self._paths()}
+
+    def check(self) -> None:
+        """pymllm has no self-check."""
+
+
+class PymllmRadixCacheAdapter(PymllmTreeAdapter):
+    """Token tuples become ``RadixKey`` lists, indices int64 CPU tensors; handles are nodes."""
+
     capabilities = frozenset(
         {"namespaces", "hashing", "reset", "unlock_checks", "stale_handles", "on_node_evict"}
     )
@@ -78,9 +119,6 @@ class PymllmRadixCacheAdapter:
             token_to_kv_pool_allocator=_Pool(host),
             on_node_evict=self.evicted_ids.append,
         )
-
-    def _key(self, tokens: Tokens, namespace: Namespace) -> Any:
-        return base.RadixKey(list(tokens), namespace)
 
     def match(self, tokens: Tokens, namespace: Namespace) -> tuple[Indices, Any]:
         result = self.cache.match_prefix(self._key(tokens, namespace))
@@ -100,13 +138,6 @@ class PymllmRadixCacheAdapter:
     def evict(self, num_tokens: int) -> int:
         return int(self.cache.evict(num_tokens).full_evicted)
 
-    def reset(self) -> None:
-        self.cache.reset()
-
-    def sizes(self) -> Sizes:
-        c = self.cache
-        return Sizes(c.evictable_size(), c.protected_size(), c.total_size())
-
     def contents(self) -> dict[TokenPlace, int]:
         out: dict[TokenPlace, int] = {}
         p = self.page_size
@@ -116,18 +147,6 @@ class PymllmRadixCacheAdapter:
                 out[(node.key.extra_key, path[: at // p * p + p], at % p)] = int(index)
         return out
 
-    def _paths(self) -> Iterator[tuple[Any, tuple[int, ...]]]:
-        """Every live node below the root with the token path ending at it."""
-        stack: list[tuple[Any, tuple[int, ...]]] = [(self.cache.root_node, ())]
-        while stack:
-            node, path = stack.pop()
-            for child in list(node.children.values()):
-                if child.evicted:
-                    continue
-                child_path = path + tuple(child.key.token_ids)
-                yield child, child_path
-                stack.append((child, child_path))
-
     def page_hashes(self, handle: Any) -> list[str]:
         own = list(self.cache.compute_node_hash(handle))  # deepest first (module doc)
         above = []
@@ -136,15 +155,6 @@ class PymllmRadixCacheAdapter:
             above.append(node)
             node = node.parent
         return [h for n in reversed(above) for h in self.cache.compute_node_hash(n)] + own
-
-    def evicted_node_ids(self) -> list[Hashable]:
-        return list(self.evicted_ids)
-
-    def live_node_ids(self) -> set[Hashable]:
-        return {node.id for node, _ in self._paths()}
-
-    def check(self) -> None:
-        """pymllm has no self-check."""
 
     def snapshot(self) -> Hashable:
         nodes = tuple(

@@ -16,12 +16,13 @@ node (pymllm keeps one tensor per node); a node whose ``mamba_value`` is an empt
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterator, Mapping
+from collections.abc import Hashable, Mapping
 from typing import Any
 
 import torch
 
 from radixkv_conformance.adapters._pymllm_import import import_module
+from radixkv_conformance.adapters.pymllm import PymllmTreeAdapter
 from radixkv_conformance.profile import FULL_KV, Profile
 from radixkv_conformance.protocol import (
     Evicted,
@@ -31,7 +32,6 @@ from radixkv_conformance.protocol import (
     Matched,
     Namespace,
     PagePlace,
-    Sizes,
     Tokens,
 )
 
@@ -68,8 +68,7 @@ class _Pools:
         self.host.free_slot(int(slot))
 
 
-class PymllmMambaAdapter:
-    usage_errors: tuple[type[BaseException], ...] = (ValueError, TypeError)
+class PymllmMambaAdapter(PymllmTreeAdapter):
     capabilities = frozenset(
         {"namespaces", "reset", "unlock_checks", "stale_handles", "on_node_evict", "mamba"}
     )
@@ -85,9 +84,6 @@ class PymllmMambaAdapter:
             mamba_pool=pools,
             on_node_evict=self.evicted_ids.append,
         )
-
-    def _key(self, tokens: Tokens, namespace: Namespace) -> Any:
-        return base.RadixKey(list(tokens), namespace)
 
     def match(self, tokens: Tokens, namespace: Namespace) -> Matched:
         result = self.cache.match_prefix(self._key(tokens, namespace))
@@ -119,24 +115,6 @@ class PymllmMambaAdapter:
         result = self.cache.evict(num_tokens, mamba_slots)
         return Evicted(int(result.full_evicted), 0, int(result.mamba_evicted))
 
-    def reset(self) -> None:
-        self.cache.reset()
-
-    def sizes(self) -> Sizes:
-        c = self.cache
-        return Sizes(c.evictable_size(), c.protected_size(), c.total_size())
-
-    def _paths(self) -> Iterator[tuple[Any, tuple[int, ...]]]:
-        stack: list[tuple[Any, tuple[int, ...]]] = [(self.cache.root_node, ())]
-        while stack:
-            node, path = stack.pop()
-            for child in list(node.children.values()):
-                if child.evicted:
-                    continue
-                child_path = path + tuple(child.key.token_ids)
-                yield child, child_path
-                stack.append((child, child_path))
-
     def mamba_contents(self) -> Mapping[PagePlace, tuple[Indices, int | None]]:
         out: dict[PagePlace, tuple[Indices, int | None]] = {}
         p = self.page_size
@@ -161,15 +139,6 @@ class PymllmMambaAdapter:
 
     def lock_counts(self) -> list[tuple[int, int]]:
         return [(n.full_lock_ref, n.mamba_lock_ref) for n, _ in self._paths()]
-
-    def evicted_node_ids(self) -> list[Hashable]:
-        return list(self.evicted_ids)
-
-    def live_node_ids(self) -> set[Hashable]:
-        return {node.id for node, _ in self._paths()}
-
-    def check(self) -> None:
-        """pymllm has no self-check."""
 
     def snapshot(self) -> Hashable:
         nodes = tuple(

@@ -161,13 +161,17 @@ class RadixCacheAdapter(_OwnCacheAdapter):
         self.cache = self._build(page_size, host)
 
     def _build(self, page_size: int, host: Host) -> radixkv.RadixCache:
-        pools = _Pools(host, self.device)
         return radixkv.RadixCache(
             page_size,
-            token_to_kv_pool_allocator=pools,
+            token_to_kv_pool_allocator=_Pools(host, self.device),
             on_node_evict=self.evicted_ids.append,
             event_listener=self.events,
+            **self._options(host),
         )
+
+    def _options(self, host: Host) -> dict[str, Any]:
+        """What a variant adds to the RadixCache's constructor (a window, a policy)."""
+        return {}
 
     def match(self, tokens: tuple[Any, ...], namespace: Any) -> Matched:
         result = self.cache.match_prefix(self.buffers.key(tokens, namespace))
@@ -234,15 +238,8 @@ class SlidingWindowAdapter(RadixCacheAdapter):
     capabilities = RadixCacheAdapter.capabilities - {"hashing"} | {"swa"}
     notes = ""
 
-    def _build(self, page_size: int, host: Host) -> radixkv.RadixCache:
-        pools = _Pools(host, self.device)
-        return radixkv.RadixCache(
-            page_size,
-            host.sliding_window,
-            pools,
-            on_node_evict=self.evicted_ids.append,
-            event_listener=self.events,
-        )
+    def _options(self, host: Host) -> dict[str, Any]:
+        return {"sliding_window_size": host.sliding_window}
 
     def insert(
         self,
@@ -433,15 +430,8 @@ class PolicyAdapter(RadixCacheAdapter):
         self.policy = policy
         super().__init__(page_size, host)
 
-    def _build(self, page_size: int, host: Host) -> radixkv.RadixCache:
-        pools = _Pools(host, self.device)
-        return radixkv.RadixCache(
-            page_size,
-            token_to_kv_pool_allocator=pools,
-            on_node_evict=self.evicted_ids.append,
-            event_listener=self.events,
-            eviction_policy=self.policy,
-        )
+    def _options(self, host: Host) -> dict[str, Any]:
+        return {"eviction_policy": self.policy}
 
     def insert(
         self, tokens: tuple[Any, ...], namespace: Any, indices: tuple[int, ...], priority: int = 0
