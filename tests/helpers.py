@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import NamedTuple, TypeVar
 
 import pytest
 import torch
@@ -468,3 +468,25 @@ def held(*nodes: TreeNode) -> list[int]:
 def tombstoned(node: TreeNode) -> bool:
     """Whether ``node`` is a tombstone now (a call, so type checkers do not narrow it)."""
     return node.swa_tombstone
+
+
+Key = TypeVar("Key")
+
+
+def play_five_leaves(
+    keys: Sequence[Key],
+    insert: Callable[[Key, int], object],
+    match: Callable[[Key], object],
+) -> None:
+    """The eviction-policy example: five two-page leaves A..E (``keys``) inserted, matched
+    and given priorities so that each policy's first victim is a different one (LRU: C,
+    LFU: D, FIFO: A, MRU: B, priority: E). ``insert(key, priority)``, ``match(key)``."""
+    a, b, c, d, e = keys
+    for key in (a, b, c):
+        insert(key, 0)
+    match(c)
+    match(a)
+    match(a)
+    insert(d, 0)
+    insert(e, -1)
+    match(b)

@@ -23,7 +23,7 @@ from radixkv import (
 )
 from radixkv.eviction import LRU, SortKey
 
-from .helpers import snapshot
+from .helpers import play_five_leaves, snapshot
 
 # Five two-token leaves under the root, built so that each policy evicts a different one:
 #   A  inserted first (FIFO's), matched twice;   C  matched once, then never (LRU's)
@@ -41,16 +41,14 @@ ORDER = {
 }
 
 
-def _five_leaves(policy: str) -> RadixCache:
-    cache = RadixCache(eviction_policy=policy)
-    for key in (A, B, C):
-        cache.insert(RadixKey(key))
-    cache.match_prefix(RadixKey(C))
-    cache.match_prefix(RadixKey(A))
-    cache.match_prefix(RadixKey(A))
-    cache.insert(RadixKey(D))
-    cache.insert(RadixKey(E), priority=-1)
-    cache.match_prefix(RadixKey(B))
+def _five_leaves(policy: str | None) -> RadixCache:
+    """The example's five leaves, in a cache built with ``policy`` (None: no keyword)."""
+    cache = RadixCache() if policy is None else RadixCache(eviction_policy=policy)
+    play_five_leaves(
+        (A, B, C, D, E),
+        lambda key, priority: cache.insert(RadixKey(key), priority=priority),
+        lambda key: cache.match_prefix(RadixKey(key)),
+    )
     cache.check_invariants()
     return cache
 
@@ -84,19 +82,11 @@ def test_the_first_victims_all_differ() -> None:
 
 def test_default_is_lru_and_unchanged() -> None:
     """No keyword: the LRU order, keyed by TreeNode.recency exactly as before policies."""
-    default, lru = _five_leaves("lru"), RadixCache()
+    lru, default = _five_leaves("lru"), _five_leaves(None)
     assert RadixCache().tree.policy is LRU and default.tree.policy is LRU
-    assert LRU.key(lru.root) == lru.root.recency()
-    for key in (A, B, C):
-        lru.insert(RadixKey(key))
-    lru.match_prefix(RadixKey(C))
-    lru.match_prefix(RadixKey(A))
-    lru.match_prefix(RadixKey(A))
-    lru.insert(RadixKey(D))
-    lru.insert(RadixKey(E), priority=-1)
-    lru.match_prefix(RadixKey(B))
-    assert snapshot(lru) == snapshot(default)
-    assert _evict_order(lru) == ORDER["lru"]
+    assert LRU.key(default.root) == default.root.recency()
+    assert snapshot(default) == snapshot(lru)
+    assert _evict_order(default) == ORDER["lru"]
 
 
 # ---- FIFO across a split --------------------------------------------------------------------
@@ -208,7 +198,7 @@ def test_mamba_phase_one_evicts_leaves_in_the_policy_order(policy: str) -> None:
     kv, states = KVIndexAllocator(64), MambaStatePool(16, (2,))
     cache = MambaRadixCache(1, kv, states, eviction_policy=policy)
 
-    def insert(key: list[int], priority: int = 0) -> None:
+    def insert(key: list[int], priority: int) -> None:
         value = kv.alloc(len(key))
         slot = states.alloc_track_slot()
         assert value is not None and slot is not None
@@ -219,14 +209,7 @@ def test_mamba_phase_one_evicts_leaves_in_the_policy_order(policy: str) -> None:
         if cow is not None:
             states.free_track_slot(cow)
 
-    for key in (A, B, C):
-        insert(key)
-    match(C)
-    match(A)
-    match(A)
-    insert(D)
-    insert(E, priority=-1)
-    match(B)
+    play_five_leaves((A, B, C, D, E), insert, match)
     assert _evict_order(cache) == ORDER[policy]
 
 

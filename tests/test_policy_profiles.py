@@ -27,6 +27,8 @@ from radixkv_spec.policies import (
 )
 from radixkv_spec.swa import SlidingWindowModel
 
+from .helpers import play_five_leaves
+
 ORDERS = {
     "lru": LRU_LEAVES,
     "lfu": LFU_LEAVES,
@@ -42,14 +44,13 @@ FIRST_VICTIM = {"lru": C, "lfu": D, "fifo": A, "mru": B, "priority": E}
 
 def _five_leaves(order: Any) -> PrefixCacheModel:
     model = PrefixCacheModel(1, order)
-    for key in (A, B, C):
-        model.insert(None, key, (10 * key[0], 10 * key[0] + 1))
-    model.match(None, C)
-    model.match(None, A)
-    model.match(None, A)
-    model.insert(None, D, (40, 41))
-    model.insert(None, E, (50, 51), priority=-1)
-    model.match(None, B)
+    play_five_leaves(
+        (A, B, C, D, E),
+        lambda key, priority: model.insert(
+            None, key, (10 * key[0], 10 * key[0] + 1), priority=priority
+        ),
+        lambda key: model.match(None, key),
+    )
     return model
 
 
@@ -156,7 +157,7 @@ def _five_leaves_trace(profile: str) -> dict[str, Any]:
     steps: list[dict[str, Any]] = []
     inserted: list[tuple[int, int]] = []
 
-    def insert(key: tuple[int, int], priority: int = 0) -> None:
+    def insert(key: tuple[int, int], priority: int) -> None:
         indices = [2 * len(inserted), 2 * len(inserted) + 1]  # the machine allocates 0, 1, ...
         inserted.append(key)
         steps.append({"op": "insert", "tokens": list(key), "namespace": None, "indices": indices})
@@ -165,14 +166,7 @@ def _five_leaves_trace(profile: str) -> dict[str, Any]:
     def match(key: tuple[int, int]) -> None:
         steps.append({"op": "match", "tokens": list(key), "namespace": None})
 
-    for key in (A, B, C):
-        insert(key)
-    match(C)
-    match(A)
-    match(A)
-    insert(D)
-    insert(E, priority=-1)
-    match(B)
+    play_five_leaves((A, B, C, D, E), insert, match)
     steps.append({"op": "evict", "num_tokens": 2})
     numbered = [{"id": i, **step} for i, step in enumerate(steps)]
     semantics = RADIXKV_POLICIES[profile].name
