@@ -46,7 +46,7 @@ PROFILE = Profile(
 )
 
 
-class _Pool:
+class HostPool:
     """The KV allocator pymllm frees into (``free``; ``free_swa`` in SWA mode)."""
 
     def __init__(self, host: Any) -> None:
@@ -116,7 +116,7 @@ class PymllmRadixCacheAdapter(PymllmTreeAdapter):
         self.cache = radix_cache.RadixCache(
             page_size=page_size,
             sliding_window_size=sliding_window,
-            token_to_kv_pool_allocator=_Pool(host),
+            token_to_kv_pool_allocator=HostPool(host),
             on_node_evict=self.evicted_ids.append,
         )
 

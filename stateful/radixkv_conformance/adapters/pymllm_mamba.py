@@ -22,7 +22,7 @@ from typing import Any
 import torch
 
 from radixkv_conformance.adapters._pymllm_import import import_module
-from radixkv_conformance.adapters.pymllm import PymllmTreeAdapter
+from radixkv_conformance.adapters.pymllm import HostPool, PymllmTreeAdapter
 from radixkv_conformance.profile import FULL_KV, Profile
 from radixkv_conformance.protocol import (
     Evicted,
@@ -54,15 +54,8 @@ PROFILE = Profile(
 )
 
 
-class _Pools:
+class _Pools(HostPool):
     """pymllm's KV allocator (``free``) and Mamba pool (``free_track_slot``), to the host."""
-
-    def __init__(self, host: Any) -> None:
-        self.host = host
-        self.device = torch.device("cpu")
-
-    def free(self, indices: torch.Tensor) -> None:
-        self.host.free(tuple(int(i) for i in indices.tolist()))
 
     def free_track_slot(self, slot: int) -> None:
         self.host.free_slot(int(slot))
