@@ -44,14 +44,15 @@ def minimize(
     acknowledged = tuple(document.get("known", ()) if known is None else known)
     target = document["failure"].get("finding")  # None in traces older than finding ids
     best: dict[str, Any] | None = None  # the document of the last replay that still failed
+    hit: set[str] = set()  # the acknowledged ids that replay went past
 
     def fails(steps: Sequence[Step]) -> bool:
-        nonlocal target, best
+        nonlocal target, best, hit
         result = replay({**document, "steps": list(steps)}, factory, profile, acknowledged)
         target = target or result.finding  # an old trace's finding: what it fails with
         if result.passed or result.finding != target or result.trace is None:
             return False
-        best = _with_header(document, result.trace)
+        best, hit = _with_header(document, result.trace), set(result.acknowledged)
         return True
 
     if not fails(document["steps"]):
@@ -65,7 +66,7 @@ def minimize(
             break
         chunk = max(1, chunk // 2)
     assert best is not None  # set by the first replay, and by every deletion kept
-    return _keep_hit_known_only(best, factory, profile)
+    return _keep_hit_known_only(best, sorted(hit), factory, profile)
 
 
 def _delete_chunks(
@@ -98,12 +99,10 @@ def without(steps: Sequence[Step], removed: set[int]) -> list[Step]:
 
 
 def _keep_hit_known_only(
-    document: dict[str, Any], factory: AdapterFactory, profile: Profile | None
+    document: dict[str, Any], hit: list[str], factory: AdapterFactory, profile: Profile | None
 ) -> dict[str, Any]:
-    """The document with ``known`` cut to the ids its replay still hits (when that replay
-    fails the same way: an acknowledged id may matter without being hit in the end)."""
-    result = replay(document, factory, profile)
-    hit = sorted(set(result.acknowledged))
+    """The document with ``known`` cut to ``hit``, the ids its replay went past (when the
+    cut replay fails the same way: an acknowledged id may matter without being hit)."""
     if hit == sorted(document.get("known", ())):
         return document
     again = replay({**document, "known": hit}, factory, profile)
