@@ -138,6 +138,10 @@ def partial_page_key(h: CacheHarness) -> None:
     leaf.value = value(leaf)[:1]
 
 
+def keyless_node(h: CacheHarness) -> None:
+    by_path(h, 7, 8).key = None  # the seed's default: a node without a key has no place here
+
+
 def foreign_namespace_child(h: CacheHarness) -> None:
     parent = by_path(h, 1, 2)
     child = by_path(h, 1, 2, 3, 4)
@@ -158,6 +162,7 @@ CORRUPTIONS: list[tuple[Corruption, str]] = [
     (unlocked_root, "INV-1"),
     (duplicate_node_id, "INV-1"),
     (partial_page_key, "INV-2"),
+    (keyless_node, "INV-2"),
     (value_length_mismatch, "INV-2"),
     (int32_value, "INV-2"),
     (wrong_child_key, "INV-3"),

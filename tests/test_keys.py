@@ -103,7 +103,8 @@ def test_nodes_store_a_private_packed_copy() -> None:
     compact = native.helpers is not None
     assert type(node.data) is (Ids32 if compact else bytes)
     assert len(node.data) == 3 * (COMPACT if compact else PACKED)
-    assert node.tokens == (5, 6, 7) and node.key.token_ids == (5, 6, 7)
+    assert node.tokens == (5, 6, 7)
+    assert node.key is not None and node.key.token_ids == (5, 6, 7)
     assert cache.match_prefix(RadixKey([5, 6, 7])).prefix_len == 3
 
 

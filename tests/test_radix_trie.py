@@ -126,5 +126,6 @@ def test_the_tree_under_the_trie_counts_its_tokens() -> None:
 
 def test_a_trie_node_constructs_with_defaults() -> None:
     node = TrieNode()
+    assert node.key is None
     assert (node.tokens, node.blocks, node.active_seqs, node.parent) == ((), [], set(), None)
     assert node.is_leaf() and len(node) == 0

@@ -233,12 +233,47 @@ def test_the_loop_shares_prefixes_where_the_cache_can() -> None:
 @pytest.mark.parametrize("node_class", [TreeNode, MambaTreeNode])
 def test_nodes_construct_with_the_seed_defaults(node_class: type[TreeNode]) -> None:
     node = node_class()
+    assert node.key is None, "the seed's default key is None, not an empty key"
     assert node.parent is None and node.value is None and node.evicted
     assert (node.lock_ref, node.hit_count, node.id, len(node)) == (0, 0, 1, 0)
+    assert node.tokens == () and node.extra_key is None
     assert node.hash_values is None and node.children == {}
+    assert "key=None" in repr(node)
     if isinstance(node, MambaTreeNode):
         assert node.mamba_value is None and node.mamba_lock_ref == 0
         assert node.prev is None and node.next is None
+
+
+@pytest.mark.parametrize("node_class", [TreeNode, MambaTreeNode])
+def test_a_node_without_a_key_can_be_given_one_and_lose_it(node_class: type[TreeNode]) -> None:
+    node = node_class()
+    node.key = RadixKey([4, 5], "ns")
+    assert node.key is not None
+    assert (tuple(node.key.token_ids), node.key.extra_key, len(node)) == ((4, 5), "ns", 2)
+    assert "key=[4, 5]" in repr(node)
+    node.key = None
+    assert (node.key, node.tokens, node.extra_key) == (None, (), None)
+
+
+@pytest.mark.parametrize("cache_class", [RadixCache, MambaRadixCache])
+def test_tree_nodes_hold_keys_and_the_root_an_empty_one(
+    cache_class: type[RadixCache | MambaRadixCache], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Only a node built with the seed's defaults has no key: a cache's root holds an empty
+    key, every node it creates (leaves, split halves) a real one, and printing still works."""
+    cache = cache_class(page_size=2)
+    cache.insert(RadixKey([1, 2, 3, 4], "ns"), torch.arange(4), mamba_value=0)
+    cache.insert(RadixKey([1, 2, 5, 6], "ns"), torch.arange(10, 14), mamba_value=1)
+    assert cache.root.key is not None and tuple(cache.root.key.token_ids) == ()
+    nodes = list(cache.tree.nodes())
+    assert len(nodes) == 3  # the split's upper part [1, 2] and two leaves
+    for node in nodes:
+        assert node.key is not None and node.key.extra_key == "ns"
+        assert tuple(node.key.token_ids) == node.tokens and len(node.key) == len(node) == 2
+    cache.check_invariants()
+    cache.pretty_print()
+    printed = capsys.readouterr().out
+    assert "key=[1, 2]" in printed and "key=[5, 6]" in printed and "key=None" not in printed
 
 
 def _every_cache() -> list[BasePrefixCache]:

@@ -84,10 +84,8 @@ class MambaTreeNode(TreeNode):
         return int(self.mamba_value[0])  # a CPU tensor: no device synchronisation
 
     def __repr__(self) -> str:
-        shown = list(self.tokens[:8])
-        more = "..." if len(self) > 8 else ""
         return (
-            f"MambaTreeNode(id={self.id}, key={shown}{more}, extra_key={self.extra_key!r}, "
+            f"MambaTreeNode(id={self.id}, key={self.shown_key()}, extra_key={self.extra_key!r}, "
             f"slot={self.slot}, full_lock_ref={self.lock_ref}, "
             f"mamba_lock_ref={self.mamba_lock_ref}, t={self.last_access_time})"
         )

@@ -42,8 +42,9 @@ class TreeNode:
     """A node of the radix tree: a run of tokens and the KV index of each.
 
     ``data`` holds the tokens in the tree's key form (keys.py) and ``length`` counts them;
-    ``key`` rebuilds the seed's RadixKey from them. ``value`` is ``None`` once the node
-    was evicted. ``lock_ref`` counts the lock handles
+    ``key`` rebuilds the seed's RadixKey from them, or is ``None`` for a node built without
+    a key (``TreeNode()``, the seed's default: it holds no tokens). ``value`` is ``None``
+    once the node was evicted. ``lock_ref`` counts the lock handles
     held at this node or below it; ``held_locks`` counts those held at exactly this node,
     which is what lets the cache reject an unlock that no lock matches. What the eviction
     policies order by (eviction.py): ``last_access_time``, ``hit_count``, ``birth`` (the
@@ -60,6 +61,7 @@ class TreeNode:
         "held_locks",
         "hit_count",
         "id",
+        "keyless",
         "last_access_time",
         "length",
         "lock_ref",
@@ -82,18 +84,18 @@ class TreeNode:
     ) -> None:
         """``key`` is a RadixKey, or key data with its namespace in ``extra_key``.
 
-        Every argument has the seed's default, so ``TreeNode()`` is a detached node with an
-        empty key, no value (``evicted``) and id 1.
+        Every argument has the seed's default, so ``TreeNode()`` is a detached node with
+        ``key`` None (no tokens), no value (``evicted``) and id 1. A tree's nodes are
+        always built with key data (the root's is empty).
         """
         self.children: dict[ChildKey, TreeNode] = {}
         self.parent = parent
-        if key is None:
-            key = b""
         if isinstance(key, RadixKey):
             self.key = key
         else:
-            self.data = key
-            self.length = token_count(key)
+            self.keyless = key is None
+            self.data = b"" if key is None else key
+            self.length = token_count(self.data)
             self.extra_key = extra_key
         self.value = value
         self.lock_ref = 0
@@ -113,14 +115,18 @@ class TreeNode:
         return self.value is None
 
     @property
-    def key(self) -> RadixKey:
+    def key(self) -> RadixKey | None:
+        """The node's tokens and namespace as a RadixKey (a copy); ``None`` if it has none."""
+        if self.keyless:
+            return None
         return RadixKey(self.tokens, self.extra_key)
 
     @key.setter
-    def key(self, key: RadixKey) -> None:
-        self.data = encode(key.token_ids, packed=True)
+    def key(self, key: RadixKey | None) -> None:
+        self.keyless = key is None
+        self.data = b"" if key is None else encode(key.token_ids, packed=True)
         self.length = token_count(self.data)
-        self.extra_key = key.extra_key
+        self.extra_key = None if key is None else key.extra_key
 
     @property
     def tokens(self) -> Tokens:
@@ -136,11 +142,15 @@ class TreeNode:
     def __lt__(self, other: TreeNode) -> bool:
         return self.recency() < other.recency()
 
+    def shown_key(self) -> str:
+        """The node's first 8 tokens for a repr (``...`` if there are more), or ``None``."""
+        if self.keyless:
+            return "None"
+        return f"{list(self.tokens[:8])}{'...' if len(self) > 8 else ''}"
+
     def __repr__(self) -> str:
-        shown = list(self.tokens[:8])
-        more = "..." if len(self) > 8 else ""
         return (
-            f"TreeNode(id={self.id}, key={shown}{more}, extra_key={self.extra_key!r}, "
+            f"TreeNode(id={self.id}, key={self.shown_key()}, extra_key={self.extra_key!r}, "
             f"lock_ref={self.lock_ref}, t={self.last_access_time})"
         )
 
