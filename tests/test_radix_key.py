@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from array import array
+
 import pytest
+import torch
 
 from radixkv import RadixKey, TokenTypeError, UsageError
 
@@ -59,6 +62,40 @@ def test_repr_shows_tokens_and_namespace() -> None:
     assert repr(RadixKey([1, 2], None)) == "RadixKey(token_ids=[1, 2], extra_key=None)"
     assert repr(RadixKey([3], "")) == "RadixKey(token_ids=[3], extra_key='')"
     assert repr(RadixKey((4, 5), "a")) == "RadixKey(token_ids=[4, 5], extra_key='a')"
+
+
+def test_repr_of_a_long_key_shows_ten_ids_then_an_ellipsis_and_the_length() -> None:
+    """A 32k-token key must not flood a log: ten ids, ``...``, the namespace, the length."""
+    text = repr(RadixKey(list(range(32768)), "lora-7"))
+    assert text == (
+        "RadixKey(token_ids=[0, 1, 2, 3, 4, 5, 6, 7, 8, 9, ...], extra_key='lora-7', len=32768)"
+    )
+    assert "10" not in text.split("...")[0]  # the eleventh id is not shown
+
+
+def test_repr_shows_every_id_of_a_key_of_ten_and_cuts_at_eleven() -> None:
+    ten = list(range(100, 110))
+    assert repr(RadixKey(ten)) == f"RadixKey(token_ids={ten!r}, extra_key=None)"
+    eleven = repr(RadixKey([*ten, 110]))
+    assert "109, ...]" in eleven and "110" not in eleven and eleven.endswith("len=11)")
+
+
+@pytest.mark.parametrize(
+    "ids",
+    [torch.arange(40), array("q", range(40)), memoryview(array("q", range(40))), range(40)],
+    ids=["tensor", "array", "memoryview", "range"],
+)
+def test_repr_shows_ids_of_any_container_as_ints(ids: object) -> None:
+    key = RadixKey(ids, "")  # type: ignore[arg-type]  # containers beside the seed's list
+    assert repr(key) == (
+        "RadixKey(token_ids=[0, 1, 2, 3, 4, 5, 6, 7, 8, 9, ...], extra_key='', len=40)"
+    )
+
+
+def test_repr_keeps_bigram_tokens_whole() -> None:
+    key = RadixKey([(i, i + 1) for i in range(12)])
+    assert repr(key).startswith("RadixKey(token_ids=[(0, 1), (1, 2),")
+    assert "(9, 10), ...], extra_key=None, len=12)" in repr(key)
 
 
 @pytest.mark.parametrize("bad", [1, 1.5, b"a", ("a",), ["a"]])

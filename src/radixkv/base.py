@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import abc
+import itertools
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
@@ -43,7 +44,24 @@ class RadixKey:
         return RadixKey([self.token_ids[idx]], self.extra_key)
 
     def __repr__(self) -> str:
-        return f"RadixKey(token_ids={list(self.token_ids)!r}, extra_key={self.extra_key!r})"
+        """At most the first ``REPR_IDS`` ids, then ``...`` and the length: a 32k-token key
+        must not flood a log. Short keys read as the call that builds them."""
+        n = len(self)
+        head = _first_ids(self.token_ids, min(n, REPR_IDS))
+        if n <= REPR_IDS:
+            return f"RadixKey(token_ids={head!r}, extra_key={self.extra_key!r})"
+        shown = ", ".join(map(repr, head))
+        return f"RadixKey(token_ids=[{shown}, ...], extra_key={self.extra_key!r}, len={n})"
+
+
+REPR_IDS = 10  # token ids a RadixKey's repr shows (pymllm's and sglang's preview)
+
+
+def _first_ids(token_ids: Sequence[Token], n: int) -> list[object]:
+    """The first ``n`` token ids as plain Python values (a tensor's or array's as ints)."""
+    if hasattr(token_ids, "tolist"):  # tensors, numpy arrays, array('q'), memoryviews
+        return list(token_ids[:n].tolist())  # type: ignore[attr-defined]
+    return list(itertools.islice(token_ids, n))
 
 
 def empty_indices(device: torch.device) -> torch.Tensor:
