@@ -31,6 +31,7 @@ from radixkv.keys import (
     Ids32,
     ListKey,
     no_negative_ids,
+    pack_ids,
     read_key,
     signs_clear,
     widen,
@@ -186,10 +187,21 @@ def _is_plain(item: object) -> bool:
 
 
 @compiled
-@given(ids=st.lists(tokens, max_size=40), container=containers)
-def test_plain_ids_is_exact_ints_and_bools_in_range(ids: list[object], container: type) -> None:
+@given(ids=st.lists(tokens, max_size=40), container=containers, data=st.data())
+def test_plain_ids_is_exact_ints_and_bools_in_range(
+    ids: list[object], container: type, data: st.DataObject
+) -> None:
     assert native._compiled is not None
     assert native._compiled.plain_ids(container(ids)) == all(_is_plain(t) for t in ids)
+    end = data.draw(st.integers(0, len(ids)), label="end")  # a RadixKey limit
+    assert native._compiled.plain_ids(container(ids), end) == all(_is_plain(t) for t in ids[:end])
+
+
+@given(ids=st.lists(st.integers(-(2**63), 2**63 - 1), max_size=20), data=st.data())
+def test_pack_ids_packs_the_ids_before_end(ids: list[object], data: st.DataObject) -> None:
+    end = data.draw(st.integers(0, len(ids)), label="end")
+    assert pack_ids(ids, end) == struct.pack(f"={end}q", *ids[:end])
+    assert pack_ids([*ids[:end], 2**64], end + 1) is None  # out of the int64 range
 
 
 @compiled
@@ -230,6 +242,10 @@ def test_the_helpers_refuse_what_they_were_not_made_for() -> None:
     assert helpers is not None
     with pytest.raises(TypeError):
         helpers.plain_ids(iter([1]))  # type: ignore[arg-type]  # the wrong type on purpose
+    with pytest.raises(IndexError):
+        helpers.plain_ids([1, 2], 3)  # past the end: callers clamp the limit first
+    with pytest.raises(IndexError):
+        helpers.plain_ids([1, 2], -1)
     with pytest.raises(IndexError):
         helpers.pack([1, 2], 1, 3)
     with pytest.raises(ValueError):

@@ -120,5 +120,68 @@ def test_empty_string_and_none_are_distinct_namespaces() -> None:
     assert repr(RadixKey([1], "")) != repr(RadixKey([1]))
 
 
-def test_slots_are_the_seeds() -> None:
-    assert RadixKey.__slots__ == ("token_ids", "extra_key")
+def test_slots_are_the_seeds_then_limit() -> None:
+    assert RadixKey.__slots__ == ("token_ids", "extra_key", "limit")
+    assert RadixKey([1]).limit is None
+
+
+# ---- limit: the key is token_ids[:limit], read without a copy ---------------------------
+
+
+def test_a_limit_makes_the_key_a_prefix_of_the_list_it_holds_by_reference() -> None:
+    prompt = [5, 6, 7, 8]
+    key = RadixKey(prompt, "ns", limit=len(prompt) - 1)
+    assert key.token_ids is prompt and key.limit == 3
+    assert len(key) == 3 and list(key) == [5, 6, 7]
+    assert repr(key) == "RadixKey(token_ids=[5, 6, 7], extra_key='ns')"
+    assert list(key[-1].token_ids) == [7] and key[-1].extra_key == "ns"
+    assert list(key[1:].token_ids) == [6, 7] and key[1:].limit is None
+    with pytest.raises(IndexError):
+        key[3]
+    with pytest.raises(IndexError):
+        key[-4]
+
+
+def test_a_limit_of_zero_is_the_empty_key() -> None:
+    key = RadixKey([1, 2], limit=0)
+    assert len(key) == 0 and list(key) == [] and list(key[:].token_ids) == []
+
+
+def test_a_limit_above_the_length_is_clamped_like_a_slice_bound_each_time() -> None:
+    prompt = [1, 2]
+    key = RadixKey(prompt, limit=3)
+    assert len(key) == 2 and list(key) == [1, 2]
+    prompt += [3, 4]  # the list is held by reference: the limit caps it as it is now
+    assert len(key) == 3 and list(key) == [1, 2, 3]
+    assert len(RadixKey(list(range(40)), limit=12)) == 12
+    assert repr(RadixKey(list(range(40)), limit=12)).endswith("9, ...], extra_key=None, len=12)")
+
+
+def test_a_negative_limit_is_a_usage_error_not_a_count_from_the_end() -> None:
+    with pytest.raises(UsageError, match="limit must be >= 0"):
+        RadixKey([1, 2, 3], limit=-1)
+    with pytest.raises(ValueError):
+        RadixKey([1, 2, 3], limit=-1)
+
+
+@pytest.mark.parametrize("bad", [True, False, 1.0, "2", [2]])
+def test_a_limit_that_is_not_an_int_is_a_type_error(bad: object) -> None:
+    with pytest.raises(TokenTypeError, match="limit must be an int or None"):
+        RadixKey([1, 2, 3], limit=bad)  # type: ignore[arg-type]  # bad on purpose
+
+
+class _Index:
+    """An integer of another library (numpy's ints have ``__index__`` too)."""
+
+    def __index__(self) -> int:
+        return 2
+
+
+def test_a_limit_takes_any_integer_as_a_slice_bound_does() -> None:
+    key = RadixKey([1, 2, 3], limit=_Index())  # type: ignore[arg-type]  # an __index__ int
+    assert key.limit == 2 and type(key.limit) is int and list(key) == [1, 2]
+
+
+def test_limit_is_keyword_only() -> None:
+    with pytest.raises(TypeError):
+        RadixKey([1, 2], None, 1)  # type: ignore[call-arg]  # positional on purpose

@@ -56,23 +56,34 @@ static int sequence_items(PyObject *seq, PyObject ***items, Py_ssize_t *n) {
     return -1;
 }
 
-/* plain_ids(seq) -> bool: every item of the list or tuple is a plain id. */
-static PyObject *plain_ids(PyObject *self, PyObject *seq) {
-    Py_ssize_t n;
-    PyObject **items;
-    if (sequence_items(seq, &items, &n) < 0) return NULL;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        if (plain_id(items[i]) < 0) Py_RETURN_FALSE;
-    }
-    Py_RETURN_TRUE;
-}
-
 static int bounds(Py_ssize_t n, Py_ssize_t start, Py_ssize_t end) {
     if (start < 0 || end < start || end > n) {
         PyErr_SetString(PyExc_IndexError, "token range out of bounds");
         return -1;
     }
     return 0;
+}
+
+/* plain_ids(seq[, end]) -> bool: every item of the list or tuple before ``end`` (default:
+ * all) is a plain id. A key limited to its first ``end`` ids (RadixKey's ``limit``) is
+ * checked there and nowhere else: the items after it are not part of the key. */
+static PyObject *plain_ids(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    Py_ssize_t n, end;
+    PyObject **items;
+    if (nargs != 1 && nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "plain_ids(seq[, end])");
+        return NULL;
+    }
+    if (sequence_items(args[0], &items, &n) < 0) return NULL;
+    end = n;
+    if (nargs == 2) {
+        end = PyLong_AsSsize_t(args[1]);
+        if ((end == -1 && PyErr_Occurred()) || bounds(n, 0, end) < 0) return NULL;
+    }
+    for (Py_ssize_t i = 0; i < end; i++) {
+        if (plain_id(items[i]) < 0) Py_RETURN_FALSE;
+    }
+    Py_RETURN_TRUE;
 }
 
 /* pack(seq, start, end) -> bytes: items [start, end) as native int64 (all plain ids). */
@@ -271,7 +282,8 @@ static PyMethodDef methods[] = {
     {"narrow", narrow, METH_O, "Native int64 ids as int32 ones, or None if one does not fit."},
     {"shared32", (PyCFunction)(void (*)(void))shared32, METH_FASTCALL,
      "Leading int32 ids of stored equal to the probe's ids from start."},
-    {"plain_ids", plain_ids, METH_O, "Every item is an exact int or bool in [0, 2**63)."},
+    {"plain_ids", (PyCFunction)(void (*)(void))plain_ids, METH_FASTCALL,
+     "Every item before end (default: all) is an exact int or bool in [0, 2**63)."},
     {"signs_clear", (PyCFunction)(void (*)(void))signs_clear, METH_FASTCALL,
      "No native int64 id of the buffer from byte start on is negative."},
     {"pack", (PyCFunction)(void (*)(void))pack, METH_FASTCALL,

@@ -23,7 +23,7 @@ from radixkv.base import (
     empty_indices,
 )
 from radixkv.errors import TokenTypeError, UsageError
-from radixkv.keys import validate_tokens
+from radixkv.keys import key_ids, limit_of, validate_tokens
 
 
 class ChunkCache(BasePrefixCache):
@@ -80,4 +80,4 @@ class ChunkCache(BasePrefixCache):
 def _validate_key(key: object) -> tuple[object, ...]:
     if not isinstance(key, RadixKey):
         raise TokenTypeError(f"key must be a RadixKey, got {type(key).__name__}")
-    return validate_tokens(key.token_ids)
+    return validate_tokens(key_ids(key.token_ids, limit_of(key)))

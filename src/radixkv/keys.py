@@ -30,8 +30,8 @@ stored tokens is valid. When the fast path refuses a key, the exact checks
 with plain, typed arguments; the pure Python here is the reference a compiled helper must
 agree with, byte for byte, and nothing else in the package touches a key's bytes:
 
-- ``pack_ids(ids: list | tuple) -> bytes | None``: native int64s, ``None`` if some id is
-  not an int in the int64 range (signs unchecked);
+- ``pack_ids(ids: list | tuple, end=None) -> bytes | None``: native int64s of
+  ``ids[:end]``, ``None`` if some id is not an int in the int64 range (signs unchecked);
 - ``signs_clear(packed: bytes, start: int = 0) -> bool``: no id from byte ``start`` on is
   negative;
 - ``common_prefix_bytes(stored: bytes, key: memoryview, start: int) -> int``: how many
@@ -49,10 +49,18 @@ insert stores as int32 ids needs none (narrowing proved every id below 2**31). A
 list (an odd id, a bad one, a bigram) takes the reference path above, which decides and
 raises; the helpers never raise a usage error themselves, so both paths behave the same, errors
 included (tests/test_native_keys.py compares them).
+
+**A limited key** (``RadixKey(token_ids, limit=n)``) is ``token_ids[:n]`` on every path,
+read without a copy of the caller's sequence: a list or tuple stays in place (``ListKey``
+of ``n`` tokens, whose ids the helpers check only up to ``n``), an array or memoryview is a
+shorter view, a tensor a shorter view before its one copy, and the pure path packs only the
+first ``n`` ids. Ids after the limit are never read, so a bad one there is no error
+(tests/test_key_limit.py compares every call with the one on the sliced key).
 """
 
 from __future__ import annotations
 
+import itertools
 import operator
 import struct
 import sys
@@ -64,7 +72,7 @@ from typing import SupportsIndex, cast
 import torch
 
 from radixkv import native
-from radixkv.base import RadixKey
+from radixkv.base import RadixKey, key_limit
 from radixkv.errors import TokenTypeError, UsageError
 
 Token = int | tuple[int, ...]
@@ -139,13 +147,16 @@ def _int64_packer(n: int) -> struct.Struct:
     return packer
 
 
-def pack_ids(ids: list[object] | tuple[object, ...]) -> bytes | None:
-    """``ids`` as native int64s, or ``None`` if one is not an int in the int64 range.
+def pack_ids(ids: list[object] | tuple[object, ...], end: int | None = None) -> bytes | None:
+    """``ids[:end]`` as native int64s, or ``None`` if one is not an int in the int64 range.
 
-    Signs are not checked (``signs_clear`` does that).
+    Signs are not checked (``signs_clear`` does that). ``end`` (default: all) is at most
+    ``len(ids)``; the ids after it are not read.
     """
     try:
-        return _int64_packer(len(ids)).pack(*ids)
+        if end is None or end == len(ids):
+            return _int64_packer(len(ids)).pack(*ids)
+        return _int64_packer(end).pack(*itertools.islice(ids, end))
     except struct.error:
         return None
 
@@ -204,9 +215,15 @@ class KeyRead:
     Leaving the ``with`` block releases the view of the caller's buffer.
     """
 
-    __slots__ = ("_token_ids", "data", "extra_key", "length", "packed", "probe", "width")
+    __slots__ = ("_limit", "_token_ids", "data", "extra_key", "length", "packed", "probe", "width")
 
-    def __init__(self, data: KeyView, extra_key: str | None, token_ids: Iterable[object]) -> None:
+    def __init__(
+        self,
+        data: KeyView,
+        extra_key: str | None,
+        token_ids: Iterable[object],
+        limit: int | None = None,
+    ) -> None:
         self.data = data
         self.extra_key = extra_key
         self.packed = type(data) is not tuple
@@ -216,7 +233,8 @@ class KeyRead:
         self.probe: memoryview | Tokens | ListKey = (
             memoryview(data) if type(data) is bytes else cast("memoryview | Tokens", data)
         )
-        self._token_ids = token_ids
+        self._token_ids = token_ids  # the caller's ids, of which the key is the first ``limit``
+        self._limit = limit
 
     def __enter__(self) -> KeyRead:
         return self
@@ -290,7 +308,7 @@ class KeyRead:
 
     def _raise_exact(self) -> None:
         self.release()
-        validate_tokens(self._token_ids)  # raises, naming the first bad id
+        validate_tokens(key_ids(self._token_ids, self._limit))  # raises, naming the first bad id
         raise AssertionError("a negative id the exact checks accept")
 
 
@@ -307,64 +325,95 @@ def read_key(key: object, page_size: int, packed: bool) -> KeyRead:
     extra_key = key.extra_key
     if extra_key is not None and not isinstance(extra_key, str):
         raise TokenTypeError(f"extra_key must be a str or None, got {type(extra_key).__name__}")
-    in_place = _read_in_place(key.token_ids) if packed else None
-    data = _key_data(key.token_ids, packed) if in_place is None else in_place
+    token_ids = key.token_ids
+    limit = None if key.limit is None else limit_of(key)  # no call for the common case
+    in_place = _read_in_place(token_ids, limit) if packed else None
+    data = _key_data(token_ids, packed, limit) if in_place is None else in_place
     n = token_count(data)
     aligned = n // page_size * page_size
     if aligned < n:
-        KeyRead(data, extra_key, key.token_ids).require_valid_from(aligned)  # ignored, checked
+        KeyRead(data, extra_key, token_ids, limit).require_valid_from(aligned)  # dropped, checked
         data = (
             data.prefix(aligned * PACKED)
             if type(data) is ListKey
             else data[: aligned * width(data)]
         )
-    return KeyRead(data, extra_key, key.token_ids)
+    return KeyRead(data, extra_key, token_ids, limit)
 
 
-def _read_in_place(token_ids: object) -> ListKey | None:
-    """``token_ids`` read in place, if the compiled helpers are in use and it is a list or
-    tuple of plain ids; ``None`` sends it down the reference path."""
+def limit_of(key: RadixKey) -> int | None:
+    """How many leading ids of ``key.token_ids`` are the key: ``None`` for all of them (no
+    limit, or one at or above the length: a limit is clamped as a slice bound is)."""
+    limit = key.limit
+    if limit is None:
+        return None
+    limit = key_limit(limit)  # checked again: the attribute can be set after construction
+    assert limit is not None
+    return None if limit >= len(key.token_ids) else limit
+
+
+def key_ids(token_ids: Iterable[object], limit: int | None) -> Iterable[object]:
+    """The first ``limit`` ids of ``token_ids`` (all if ``None``) for the exact checks: a
+    slice of a tensor or array (read with ``tolist()``), an iterator over anything else."""
+    if limit is None:
+        return token_ids
+    if type(token_ids) is not list and hasattr(token_ids, "tolist"):
+        return cast("Sequence[object]", token_ids)[:limit]
+    return itertools.islice(token_ids, limit)
+
+
+def _read_in_place(token_ids: object, limit: int | None) -> ListKey | None:
+    """``token_ids[:limit]`` read in place, if the compiled helpers are in use and it is a
+    list or tuple of plain ids there; ``None`` sends it down the reference path."""
     helpers = native.helpers
     kind = type(token_ids)
     if helpers is None or (kind is not list and kind is not tuple):
         return None
     ids = cast("native.Ids", token_ids)
-    return ListKey(helpers, ids, len(ids)) if helpers.plain_ids(ids) else None
+    n = len(ids) if limit is None else limit
+    return ListKey(helpers, ids, n) if helpers.plain_ids(ids, n) else None
 
 
-def _key_data(token_ids: Iterable[object], packed: bool) -> bytes | memoryview | Tokens:
+def _key_data(
+    token_ids: Iterable[object], packed: bool, limit: int | None = None
+) -> bytes | memoryview | Tokens:
     if packed:
-        data = _pack(token_ids)
+        data = _pack(token_ids, limit)
         if data is not None:
             return data
-    tokens = validate_tokens(token_ids)
+    tokens = validate_tokens(key_ids(token_ids, limit))
     if packed and not any(type(t) is tuple for t in tokens):
         return _int64_packer(len(tokens)).pack(*tokens)
     return tokens
 
 
-def _pack(token_ids: Iterable[object]) -> bytes | memoryview | None:
-    """Packed int64 ids (signs unchecked), or None to let the exact checks decide."""
+def _pack(token_ids: Iterable[object], limit: int | None) -> bytes | memoryview | None:
+    """Packed int64 ids (signs unchecked) of the first ``limit`` (``None``: all), or None to
+    let the exact checks decide. A buffer's ids are a view, a limit only a shorter one."""
     kind = type(token_ids)
     if kind is list or kind is tuple:
-        return pack_ids(cast("list[object]", token_ids))
+        return pack_ids(cast("list[object]", token_ids), limit)
     if kind is array or kind is memoryview:
         buffer = memoryview(cast("array[int] | memoryview", token_ids))
         if buffer.format not in ("q", "l", "Q", "L") or buffer.itemsize != PACKED:
             return None  # unsigned ids >= 2**63 show up as negative ones
+        if limit is not None:
+            buffer = buffer[:limit]
         if not buffer.c_contiguous:
             return buffer.tobytes()
         return buffer.cast("B")
     if isinstance(token_ids, torch.Tensor):
-        return _tensor_bytes(token_ids)
+        return _tensor_bytes(token_ids, limit)
     return None
 
 
-def _tensor_bytes(ids: torch.Tensor) -> bytes | None:
+def _tensor_bytes(ids: torch.Tensor, limit: int | None = None) -> bytes | None:
     if ids.dim() != 1 or ids.dtype.is_floating_point or ids.dtype.is_complex:
         return None
     if ids.dtype in (torch.bool, torch.uint64):
         return None
+    if limit is not None:
+        ids = ids[:limit]  # a view: only the key's ids are copied out
     out = array("q", bytes(ids.numel() * PACKED))
     if ids.numel():
         # One C-level copy (a device key costs its one transfer here).
@@ -439,16 +488,17 @@ def decode(data: KeyView) -> Tokens:
     return cast(Tokens, tuple(_int64_packer(len(packed) // PACKED).unpack(packed)))
 
 
-def encode(token_ids: Iterable[object], packed: bool) -> KeyData:
-    """``token_ids`` validated, as packed bytes if ``packed`` and every token is an int."""
-    data = _key_data(token_ids, packed)
+def encode(token_ids: Iterable[object], packed: bool, limit: int | None = None) -> KeyData:
+    """``token_ids[:limit]`` validated, as packed bytes if ``packed`` and every token is an
+    int (``limit``: as RadixKey's, ``None`` for all)."""
+    data = _key_data(token_ids, packed, limit)
     if isinstance(data, tuple):
         return data
     stored = bytes(data)
     if type(data) is memoryview:
         data.release()
     if not no_negative_ids(stored):
-        validate_tokens(token_ids)
+        validate_tokens(key_ids(token_ids, limit))
     return stored
 
 

@@ -18,8 +18,8 @@ Ids = list[Any] | tuple[Any, ...]  # of Python ints, checked by the helpers
 class KeyHelpers(Protocol):
     """What the compiled module provides (types in _keys.pyi; semantics in _keys.c)."""
 
-    def plain_ids(self, seq: Ids, /) -> bool:
-        """Every item is an exact int or bool in [0, 2**63)."""
+    def plain_ids(self, seq: Ids, end: int = ..., /) -> bool:
+        """Every item before ``end`` (default: all) is an exact int or bool in [0, 2**63)."""
 
     def pack(self, seq: Ids, start: int, end: int, /) -> bytes:
         """Items [start, end), all plain ids, as native int64 bytes."""

@@ -30,6 +30,7 @@ from radixkv.keys import (
     Tokens,
     decode,
     encode,
+    limit_of,
     page_at,
     span,
     token_count,
@@ -124,7 +125,7 @@ class TreeNode:
     @key.setter
     def key(self, key: RadixKey | None) -> None:
         self.keyless = key is None
-        self.data = b"" if key is None else encode(key.token_ids, packed=True)
+        self.data = b"" if key is None else encode(key.token_ids, True, limit_of(key))
         self.length = token_count(self.data)
         self.extra_key = None if key is None else key.extra_key
 
