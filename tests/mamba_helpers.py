@@ -40,10 +40,17 @@ class MambaHarness:
         return result
 
     def match(
-        self, tokens: list[int], extra_key: str | None = None, *, keep: bool = False
+        self,
+        tokens: list[int],
+        extra_key: str | None = None,
+        *,
+        keep: bool = False,
+        cow: bool = True,
     ) -> MambaMatchResult:
-        """Match like a request; unless ``keep``, the request ends and frees its state copy."""
-        result = self.cache.match_prefix(RadixKey(tokens, extra_key))
+        """Match like a request about to run: it asks for its own copy of the matched state
+        (``cow``); unless ``keep``, the request ends and frees that copy. ``cow=False`` is a
+        scheduler's probe (sglang's LPM policy matches every waiting request)."""
+        result = self.cache.match_prefix(RadixKey(tokens, extra_key), cow=cow)
         self.cache.check_invariants()
         if result.cow_slot is not None and not keep:
             self.states.free_track_slot(result.cow_slot)

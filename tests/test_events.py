@@ -302,7 +302,7 @@ def test_mamba_stream_rebuilds_its_pages(
             if result.mamba_exist:
                 states.free_track_slot(slot)
         elif op == "match":
-            cow = cache.match_prefix(RadixKey(tokens, ns)).cow_slot
+            cow = cache.match_prefix(RadixKey(tokens, ns), cow=True).cow_slot
             if cow is not None:
                 states.free_track_slot(cow)
         elif op == "evict":

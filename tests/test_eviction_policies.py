@@ -205,7 +205,7 @@ def test_mamba_phase_one_evicts_leaves_in_the_policy_order(policy: str) -> None:
         cache.insert(RadixKey(key), value, mamba_value=slot, priority=priority)
 
     def match(key: list[int]) -> None:
-        cow = cache.match_prefix(RadixKey(key)).cow_slot
+        cow = cache.match_prefix(RadixKey(key), cow=True).cow_slot
         if cow is not None:
             states.free_track_slot(cow)
 

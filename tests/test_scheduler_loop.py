@@ -2,8 +2,10 @@
 convention).
 
 An engine's scheduler is written once and runs on whichever cache the server was started
-with. ``serve`` below is that scheduler: match, lock, allocate, insert with every family
-keyword, free what the caller still owns, unlock, evict. It runs unchanged over RadixCache
+with. ``serve`` below is that scheduler: probe every waiting request to order the queue
+(longest prefix first, sglang's LPM policy), then for each request match asking for its
+state copy (``cow=True``), lock, allocate, insert with every family keyword, free what the
+caller still owns, unlock, evict. It runs unchanged over RadixCache
 (page 1 and 16), RadixCache with a sliding window, MambaRadixCache and ChunkCache, and the
 pools check that no index or state slot leaks and none is freed twice.
 """
@@ -29,6 +31,7 @@ from radixkv import (
     MambaTreeNode,
     RadixCache,
     RadixKey,
+    TokenTypeError,
     TreeNode,
     UsageError,
 )
@@ -96,13 +99,24 @@ def serve(
     """
     hits = 0
     for batch in batches:
-        running = [_admit(cache, kv_pool, state_pool, tokens) for tokens in batch]
+        running = [
+            _admit(cache, kv_pool, state_pool, tokens) for tokens in _by_prefix(cache, batch)
+        ]
         for request in running:
             hits += request.cached_len
             _finish(cache, kv_pool, state_pool, request)
         cache.evict(trim, swa_num_tokens=trim // 4)
         on_step()
     return hits
+
+
+def _by_prefix(cache: BasePrefixCache, waiting: Sequence[list[int]]) -> list[list[int]]:
+    """The waiting queue, longest cached prefix first: a probe of every request, twice (as
+    a scheduler step repeats it), that must take nothing from any pool."""
+    for _ in range(2):
+        lengths = [cache.match_prefix(RadixKey(tokens)).prefix_len for tokens in waiting]
+    order = sorted(range(len(waiting)), key=lambda i: -lengths[i])
+    return [waiting[i] for i in order]
 
 
 def _admit(
@@ -112,10 +126,10 @@ def _admit(
     tokens: list[int],
 ) -> Running:
     key = RadixKey(tokens)
-    match = cache.match_prefix(key)
+    match = cache.match_prefix(key, cow=True)  # the request runs: its own state copy
     handle = cache.inc_lock_ref(match.last_node)
     fresh = _alloc(cache, kv_pool, len(tokens) - match.prefix_len)
-    slot = getattr(match, "cow_slot", None)
+    slot = match.cow_slot
     if slot is None and state_pool is not None:
         slot = state_pool.alloc_track_slot()
         if slot is None:
@@ -283,6 +297,20 @@ def _every_cache() -> list[BasePrefixCache]:
         MambaRadixCache(),
         ChunkCache(),
     ]
+
+
+@pytest.mark.parametrize("cache", _every_cache(), ids=type)
+def test_every_cache_takes_cow_and_only_a_state_cache_fills_cow_slot(
+    cache: BasePrefixCache,
+) -> None:
+    slot = {"mamba_value": 0} if isinstance(cache, MambaRadixCache) else {}
+    cache.insert(RadixKey([1, 2]), torch.tensor([5, 6]), **slot)
+    for cow in (False, True):
+        result = cache.match_prefix(RadixKey([1, 2, 3]), cow=cow)
+        assert result.cow_slot is None  # no state pool here: nothing to copy into
+        assert result.prefix_len == (0 if isinstance(cache, ChunkCache) else 2)
+    with pytest.raises(TokenTypeError, match="cow must be a bool"):
+        cache.match_prefix(RadixKey([1, 2]), cow=1)  # type: ignore[arg-type]  # bad on purpose
 
 
 @pytest.mark.parametrize("cache", _every_cache(), ids=type)

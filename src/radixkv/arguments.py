@@ -24,6 +24,13 @@ def require_int(name: str, value: object, minimum: int) -> int:
     return value
 
 
+def require_bool(name: str, value: object) -> bool:
+    """``value`` as a bool (``True`` or ``False`` only), or a usage error."""
+    if not isinstance(value, bool):
+        raise TokenTypeError(f"{name} must be a bool, got {type(value).__name__}")
+    return value
+
+
 def require_any_int(name: str, value: object) -> int:
     """``value`` as an int of any sign (not a bool), or a usage error."""
     if isinstance(value, bool) or not isinstance(value, int):

@@ -127,12 +127,19 @@ def free_indices(allocator: KVAllocator | None, indices: torch.Tensor) -> None:
 
 @dataclass
 class MatchResult:
-    """Returned by ``match_prefix``: the cached KV indices of the longest cached prefix."""
+    """Returned by ``match_prefix``: the cached KV indices of the longest cached prefix.
+
+    The seed's four fields, then ``cow_slot`` (radixkv's, for every cache so that one
+    scheduler reads one result): the private state slot ``match_prefix(key, cow=True)``
+    copied the matched recurrent state into, owned by the caller. ``None`` unless a
+    ``MambaRadixCache`` was asked for a copy and matched a state.
+    """
 
     indices: torch.Tensor
     last_node: Any = None
     prefix_len: int = 0
     mamba_branching_seqlen: int | None = None
+    cow_slot: int | None = None
 
 
 @dataclass
@@ -161,8 +168,14 @@ class BasePrefixCache(abc.ABC):
         """Clear all cached state."""
 
     @abc.abstractmethod
-    def match_prefix(self, key: RadixKey) -> MatchResult:
-        """Find the longest cached prefix of ``key``."""
+    def match_prefix(self, key: RadixKey, *, cow: bool = False) -> MatchResult:
+        """Find the longest cached prefix of ``key``.
+
+        ``cow=True`` (sglang's ``cow_mamba``) asks for a private copy of the matched
+        recurrent state in ``MatchResult.cow_slot``; every cache takes it, and only a cache
+        with states (MambaRadixCache) has anything to copy. Without it a match takes
+        nothing from any pool.
+        """
 
     @abc.abstractmethod
     def insert(

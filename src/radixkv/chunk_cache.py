@@ -13,7 +13,13 @@ from typing import Any
 
 import torch
 
-from radixkv.arguments import insert_keywords, require_int, require_no_boundary, unlock_boundary
+from radixkv.arguments import (
+    insert_keywords,
+    require_bool,
+    require_int,
+    require_no_boundary,
+    unlock_boundary,
+)
 from radixkv.base import (
     BasePrefixCache,
     EvictResult,
@@ -39,8 +45,12 @@ class ChunkCache(BasePrefixCache):
     def reset(self) -> None:
         """Nothing is cached, so there is nothing to drop."""
 
-    def match_prefix(self, key: RadixKey) -> MatchResult:
-        """Always a miss: empty int64 indices on the cache's device, ``last_node=None``."""
+    def match_prefix(self, key: RadixKey, *, cow: bool = False) -> MatchResult:
+        """Always a miss: empty int64 indices on the cache's device, ``last_node=None``.
+
+        ``cow`` is checked (a bool) and means nothing: there is no state to copy.
+        """
+        require_bool("cow", cow)
         _validate_key(key)
         return MatchResult(indices=empty_indices(self.device), last_node=None, prefix_len=0)
 

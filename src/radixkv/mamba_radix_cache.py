@@ -3,10 +3,12 @@
 Each node keeps the KV indices of its tokens (``value``) and, optionally, one state slot
 holding the recurrent state after its last token (``mamba_value``). A state cannot be cut,
 so a split gives the new upper node none; ``match_prefix`` therefore stops at the deepest
-matched node that has a state (the root's initial state counts), hands the request a
-private copy of that state (copy-on-write) and reports how far the KV alone would have
-matched (``mamba_branching_seqlen``). Two LRU lists order the nodes: ``full_lru`` every
-live node, ``mamba_lru`` the nodes holding a slot. Mamba sizes count slots, not tokens.
+matched node that has a state (the root's initial state counts) and reports how far the KV
+alone would have matched (``mamba_branching_seqlen``). A copy of that state for the request
+to write into (copy-on-write) is asked for, never implied: ``match_prefix(key, cow=True)``;
+a plain match takes nothing from any pool, so a scheduler may probe every waiting request.
+Two LRU lists order the nodes: ``full_lru`` every live node, ``mamba_lru`` the nodes
+holding a slot. Mamba sizes count slots, not tokens.
 
 The tree itself (ids, token sizes, lock counts, recency stamps, split / add / delete) is
 the core ``Tree`` of tree.py; this cache adds the states, and keeps ``full_lru`` in step
@@ -24,6 +26,7 @@ import torch
 from radixkv.arguments import (
     aligned_value,
     insert_keywords,
+    require_bool,
     require_int,
     require_no_boundary,
     unlock_boundary,
@@ -62,15 +65,15 @@ class MambaPool(Protocol):
 
 @dataclass
 class MambaMatchResult(MatchResult):
-    """A ``MatchResult`` plus the request's copy-on-write state slot.
+    """What ``MambaRadixCache.match_prefix`` returns: a ``MatchResult`` whose ``cow_slot``
+    the Mamba cache fills when asked (``cow=True``).
 
-    ``cow_slot`` is a slot freshly allocated from the mamba pool holding a copy of
+    ``cow_slot`` is then a slot freshly allocated from the mamba pool holding a copy of
     ``last_node``'s state; it belongs to the caller (free it, or give it back through
-    ``insert(..., mamba_value=cow_slot)``). ``None`` when ``last_node`` is the root (the
-    request starts from the initial state) or the cache has no mamba pool.
+    ``insert(..., mamba_value=cow_slot)``). ``None`` without ``cow=True``, when
+    ``last_node`` is the root (the request starts from the initial state) or the cache has
+    no mamba pool.
     """
-
-    cow_slot: int | None = None
 
 
 class MambaRadixCache(BasePrefixCache):
@@ -173,13 +176,18 @@ class MambaRadixCache(BasePrefixCache):
 
     # ---- match -------------------------------------------------------------------------
 
-    def match_prefix(self, key: RadixKey) -> MambaMatchResult:
+    def match_prefix(self, key: RadixKey, *, cow: bool = False) -> MambaMatchResult:
         """The longest cached prefix of ``key`` that ends at a node holding a state.
 
         Never changes the tree's shape. ``mamba_branching_seqlen`` is the page-aligned
         length the KV alone matches when that is longer than ``prefix_len``, else ``None``.
         Refreshes the recency of the returned path in both lists, child before parent.
+
+        Takes nothing from any pool unless ``cow=True`` (sglang's ``cow_mamba``): then
+        ``cow_slot`` is a fresh slot holding a copy of ``last_node``'s state, the caller's
+        to own (``_copy_on_write``; with no slot to copy into, the match is a miss).
         """
+        require_bool("cow", cow)  # before any change
         with read_key(key, self.page_size, self.tree.packed) as found:
             walk = self.tree.descend(found)
             found.require_valid_from(walk.end)  # the part the tree holds is valid
@@ -188,8 +196,8 @@ class MambaRadixCache(BasePrefixCache):
         while path and path[-1].mamba_value is None:
             path.pop()  # a tombstone's KV is useless without the state after it
         last = path[-1] if path else self.root
-        cow_slot = self._copy_on_write(last)
-        if cow_slot is None and last.slot is not None and self.mamba_pool is not None:
+        cow_slot = self._copy_on_write(last) if cow else None
+        if cow and cow_slot is None and last.slot is not None and self.mamba_pool is not None:
             path, last = [], self.root  # no slot to copy the state into: a hit is unusable
         prefix_len = sum(len(n) for n in path)
         for node in path:

@@ -12,7 +12,13 @@ from typing import Any
 
 import torch
 
-from radixkv.arguments import aligned_value, insert_keywords, reject_unknown, require_int
+from radixkv.arguments import (
+    aligned_value,
+    insert_keywords,
+    reject_unknown,
+    require_bool,
+    require_int,
+)
 from radixkv.base import (
     BasePrefixCache,
     EvictResult,
@@ -128,12 +134,15 @@ class RadixCache(BasePrefixCache):
 
     # ---- match -------------------------------------------------------------------------
 
-    def match_prefix(self, key: RadixKey) -> MatchResult:
+    def match_prefix(self, key: RadixKey, *, cow: bool = False) -> MatchResult:
         """The longest cached page-aligned prefix of ``key`` in its namespace.
 
         Splits the last matched node when the match ends inside it, so ``last_node`` ends
         exactly at ``prefix_len``, and refreshes the recency of every node on the path.
+        ``cow`` is checked (a bool) and means nothing here: there is no state to copy
+        (``cow_slot`` is ``None``).
         """
+        require_bool("cow", cow)  # before any change
         with read_key(key, self.page_size, self.tree.packed) as found:
             walk = self.tree.descend(found)
             found.require_valid_from(walk.end)  # the part the tree holds is valid

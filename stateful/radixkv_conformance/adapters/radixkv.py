@@ -314,7 +314,8 @@ class MambaAdapter(_OwnCacheAdapter):
         )
 
     def match(self, tokens: tuple[Any, ...], namespace: Any) -> Matched:
-        r = self.cache.match_prefix(self.buffers.key(tokens, namespace))
+        # The kit plays a request that runs: it asks for its private copy of the state.
+        r = self.cache.match_prefix(self.buffers.key(tokens, namespace), cow=True)
         indices = tuple(r.indices.tolist())
         return Matched(indices, r.last_node, r.prefix_len, r.mamba_branching_seqlen, r.cow_slot)
 
