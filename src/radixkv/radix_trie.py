@@ -1,14 +1,26 @@
 """RadixTrie / TrieNode: MAX's radix trie API (``max.pipelines.kv_cache.radix_trie``).
 
 A facade over the core ``Tree`` (tree.py): the tree walks, splits, adds and deletes nodes,
-keeps ids, sizes, the evictable leaves and their recency; keys are read by keys.py. What
-the facade adds is MAX's vocabulary:
+keeps ids, sizes, the evictable leaves and their recency. What the facade adds is MAX's
+vocabulary:
 
-* values are *blocks*, one opaque hashable block per page (a KV page id), kept on each
-  node in ``blocks`` and cut with it through the tree's ``on_split`` hook; a node's
-  ``value`` holds no KV indices (an empty tensor: it only marks the node live);
+* tokens are **any hashable values**, as MAX's own callers and tests use them (token ids,
+  numpy integers, words, tuples): the trie compares them with ``==`` and keys children by
+  them; ``RadixKey``'s token-id rules (ints in ``[0, 2**63)``) are the pymllm caches', not
+  the trie's. Its tree holds them as token tuples (keys.py's tuple form), as given (an
+  array's or tensor's as the plain values of ``tolist()``). An unhashable token is a
+  ``TokenTypeError``. Only with an ``event_listener`` must stored tokens be token ids:
+  routers recompute the page hashes (SPEC.md §9) from them;
+* values are *blocks*, one per page (a KV page id), **opaque**: the trie returns them as
+  given, never compares them, and does not ask that they be distinct (a caller that hands
+  one block to two pages gets it back twice; ``get_all_blocks`` returns a set, so a block
+  must be hashable). Each node keeps its pages' blocks in ``blocks``, cut with it through
+  the tree's ``on_split`` hook; a node's ``value`` holds no KV indices (an empty tensor:
+  it only marks the node live);
 * ``insert`` returns only the end node; along an existing path the trie keeps its own
-  blocks and ignores the incoming ones, so the caller releases its duplicates;
+  blocks and ignores the incoming ones, so the caller releases its duplicates; empty
+  tokens are legal (MAX's behaviour since 2025-02-20): ``insert([], [])`` returns the
+  start node, ``match_prefix([])`` matches nothing;
 * locks are sets of sequence ids (``mark_in_use_by`` / ``mark_not_in_use_by``), idempotent
   per sequence; a node's ``lock_ref`` is the tree's protection count, one per sequence in
   ``active_seqs``; releasing a sequence that does not hold the node is a ``LockError``;
@@ -24,8 +36,9 @@ differs from RadixCache.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Hashable, Iterable, Iterator, Sequence
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -33,15 +46,15 @@ from radixkv.arguments import require_int
 from radixkv.base import RadixKey, empty_indices
 from radixkv.errors import LockError, TokenTypeError, UsageError
 from radixkv.events import EventListener, PageEvents
-from radixkv.keys import KeyData, read_key, validate_tokens
+from radixkv.keys import KeyData, KeyRead, Tokens, validate_tokens
 from radixkv.tree import Descent, Tree, TreeNode, depth_first, path_to_root
 
 
 class TrieNode(TreeNode):
     """A run of tokens and one block per page of them (a ``TreeNode`` of the trie's tree).
 
-    ``tokens`` are the node's token ids, ``blocks`` its blocks; ``active_seqs`` are the
-    sequences using the node (it is evictable when empty).
+    ``tokens`` are the node's tokens (any hashable values), ``blocks`` its blocks, one per
+    page; ``active_seqs`` are the sequences using the node (it is evictable when empty).
     """
 
     __slots__ = ("active_seqs", "blocks")
@@ -75,11 +88,11 @@ class RadixTrie:
         """``event_listener`` receives a record for every page stored or evicted (the
         default namespace's page hashes, SPEC.md §9); without one nothing is hashed."""
         self.page_size = require_int("page_size", page_size, 1)
-        self.tree = Tree(TrieNode, self.page_size, torch.device("cpu"))
+        self.tree = Tree(TrieNode, self.page_size, torch.device("cpu"), packed=False)
         self.tree.on_split.append(self._split_blocks)
         self._events = PageEvents.on(self.tree, event_listener)
         self._live = empty_indices(self.tree.device)  # every node's value: "not evicted"
-        self.all_blocks: set[Any] = set()  # the blocks of every node: new ones must not be
+        self._block_pages: Counter[Any] = Counter()  # block -> the pages holding it
 
     @property
     def root(self) -> TrieNode:
@@ -92,31 +105,35 @@ class RadixTrie:
     ) -> TrieNode:
         """Cache ``tokens`` below ``node`` (default: the root); return the node ending there.
 
-        ``len(tokens)`` must be a multiple of ``page_size`` with one block per page. Where
-        the path is cached already the trie keeps its blocks and ignores the incoming ones;
-        only the blocks of new pages are adopted, and those must not be in the trie.
+        ``tokens`` are any hashable values; ``len(tokens)`` must be a multiple of
+        ``page_size`` with one block per page (none for no tokens: an empty insert returns
+        ``node``). Where the path is cached already the trie keeps its blocks and ignores
+        the incoming ones; only the blocks of new pages are adopted, as given.
 
         Raises:
-            UsageError (a ValueError): misaligned tokens, a block count that does not match,
-                an adopted block the trie holds already; StaleNodeError for an evicted node.
+            UsageError (a ValueError): misaligned tokens, a block count that does not match;
+                TokenTypeError for an unhashable token or block (or, with an event listener,
+                a stored token that is not a token id); StaleNodeError for an evicted node.
         """
-        key = validate_tokens(tokens)
+        key = _tokens(tokens)
         p = self.page_size
         if len(key) % p:
             raise UsageError(f"{len(key)} tokens is not a multiple of page_size {p}")
         if len(key) // p != len(blocks):
             raise UsageError(f"{len(blocks)} blocks for {len(key) // p} pages")
         start = self._start(node)
-        with read_key(RadixKey(key), p, self.tree.packed) as found:
+        with KeyRead(key, None, key) as found:
             walk = self.tree.descend(found, start)
             new = found.new_part(walk.end)
         new_blocks = list(blocks[walk.end // p :])
-        self._require_fresh(new_blocks)
+        _require_hashable(new_blocks)
+        if new and self._events is not None:
+            validate_tokens(new)  # routers hash stored pages from their token ids (§9)
         end = self._end_of(walk, start)
         if new:
             end = self.tree.add_leaf(end, new, None, self._live)
             end.blocks = new_blocks
-            self.all_blocks.update(new_blocks)
+            self._block_pages.update(new_blocks)
         self.tree.touch(end)
         return end
 
@@ -125,12 +142,15 @@ class RadixTrie:
     ) -> tuple[TrieNode, list[Any]]:
         """The deepest node matching whole pages of ``tokens`` below ``node``, and the blocks.
 
-        A partly matched node is split so that the returned node ends at the match; the
-        matched path becomes the most recently used.
+        A partial last page is not matched (no tokens match nothing: ``(node, [])``). A
+        partly matched node is split so that the returned node ends at the match; the
+        matched path becomes the most recently used. The blocks are those given to insert,
+        in page order (a block given to two pages appears twice).
         """
-        key = validate_tokens(tokens)
+        key = _tokens(tokens)
         start = self._start(node)
-        with read_key(RadixKey(key), self.page_size, self.tree.packed) as found:
+        aligned = key[: len(key) // self.page_size * self.page_size]
+        with KeyRead(aligned, None, aligned) as found:
             walk = self.tree.descend(found, start)
         end = self._end_of(walk, start)
         self.tree.touch(end)
@@ -187,7 +207,10 @@ class RadixTrie:
             kept = max(len(leaf.blocks) - (desired_num_evicted - len(evicted)), 0)
             trimmed = leaf.blocks[kept:]
             evicted.extend(reversed(trimmed))
-            self.all_blocks.difference_update(trimmed)
+            self._block_pages.subtract(trimmed)
+            for block in trimmed:
+                if not self._block_pages[block]:
+                    del self._block_pages[block]  # no page holds it any more
             del leaf.blocks[kept:]
             if kept:
                 if self._events is not None and leaf.hash_values is not None:
@@ -199,8 +222,8 @@ class RadixTrie:
         return evicted
 
     def get_all_blocks(self) -> set[Any]:
-        """Every block the trie holds."""
-        return set(self.all_blocks)
+        """Every block the trie holds (a block held by two pages, once)."""
+        return set(self._block_pages)
 
     def get_evictable_blocks(self) -> set[Any]:
         """The blocks of nodes no sequence uses."""
@@ -240,11 +263,41 @@ class RadixTrie:
         assert isinstance(node, TrieNode)
         return node
 
-    def _require_fresh(self, blocks: list[Any]) -> None:
-        for b in blocks:
-            if not isinstance(b, Hashable):
-                raise TokenTypeError(f"blocks must be hashable, got {type(b).__name__}")
-        if len(set(blocks)) != len(blocks):
-            raise UsageError("the same block is given for two pages")
-        if not self.all_blocks.isdisjoint(blocks):
-            raise UsageError("a new page's block is already in the trie")
+
+def _tokens(tokens: Iterable[object]) -> Tokens:
+    """The caller's tokens as a tuple of hashable values (an array's or a tensor's as the
+    plain values of ``tolist()``), or the usage error naming the first unhashable one."""
+    if type(tokens) is not tuple:
+        if type(tokens) is not list and hasattr(tokens, "tolist"):  # numpy, torch, array
+            tokens = tokens.tolist()
+        try:
+            tokens = tuple(tokens)
+        except TypeError:
+            raise TokenTypeError(
+                f"tokens must be an iterable of hashable values, got {type(tokens).__name__}"
+            ) from None
+    try:
+        hash(tokens)
+    except TypeError:
+        for position, token in enumerate(tokens):
+            if not _hashable(token):
+                raise TokenTypeError(
+                    f"token {position} must be hashable, got {type(token).__name__}"
+                ) from None
+        raise
+    return cast(Tokens, tokens)
+
+
+def _hashable(value: object) -> bool:
+    try:
+        hash(value)
+    except TypeError:
+        return False
+    return True
+
+
+def _require_hashable(blocks: list[Any]) -> None:
+    """Blocks are opaque, but ``get_all_blocks`` returns a set of them."""
+    for b in blocks:
+        if not _hashable(b):
+            raise TokenTypeError(f"blocks must be hashable, got {type(b).__name__}")

@@ -330,8 +330,13 @@ class Tree(Generic[N]):
         device: torch.device,
         clock: Callable[[], float] | None = None,
         policy: EvictionPolicy = LRU,
+        *,
+        packed: bool = True,
     ) -> None:
+        """``packed=False`` starts the tree in the token-tuple form (keys.py) for good: a
+        tree whose tokens are any hashable values (RadixTrie) never holds packed ids."""
         self.node_class = node_class
+        self._empty_key: KeyData = b"" if packed else ()
         self.policy = policy
         self.page_size = page_size
         self.device = device
@@ -348,7 +353,7 @@ class Tree(Generic[N]):
 
     def _new_root(self) -> N:
         root = self.node_class(
-            next(self._ids), b"", torch.empty(0, dtype=torch.int64, device=self.device)
+            next(self._ids), self._empty_key, torch.empty(0, dtype=torch.int64, device=self.device)
         )
         root.lock_ref = 1  # the root is never evicted
         return root

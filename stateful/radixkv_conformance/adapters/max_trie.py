@@ -4,6 +4,12 @@ A block is one page: the adapter passes each page's KV indices as one tuple-valu
 so the machine's per-token ownership checks apply unchanged. The trie reports no
 ``prefix_len`` (profile ``duplicates="kept"``); locks are fresh sequence ids; evicted
 blocks go to the sink one page at a time, in the order ``evict_blocks`` returns them.
+
+The trie takes any hashable token (MAX's API: its callers may key it by words); the
+adapter plays a MAX engine, whose tokens are its tokenizer's ids, so it checks every key
+against radixkv's token-id rules before the trie sees it: a token the kit calls bad is
+refused by the adapter, as the caller, not by the trie. (tests/test_radix_trie.py checks
+what the trie itself accepts and refuses.)
 """
 
 from __future__ import annotations
@@ -24,7 +30,10 @@ PROFILE = MAX_RADIX_TRIE
 class RadixTrieAdapter:
     usage_errors: tuple[type[BaseException], ...] = (radixkv.UsageError,)
     capabilities = frozenset({"bad_input", "unlock_checks"})
-    notes = "the adapter aligns keys itself, as MAX callers do (it validates the dropped tail)"
+    notes = (
+        "the adapter aligns keys itself, as MAX callers do, and hands the trie token ids: it "
+        "refuses a bad token itself (the trie takes any hashable token)"
+    )
 
     def __init__(self, page_size: int, sink: FreeSink) -> None:
         self.page_size = page_size
@@ -37,17 +46,18 @@ class RadixTrieAdapter:
         return [indices[i * p : i * p + p] for i in range(min(n_pages, len(indices) // p))]
 
     def match(self, tokens: tuple[Any, ...], namespace: Any) -> tuple[tuple[int, ...], Any]:
+        validate_tokens(tokens)  # the engine's token ids (the trie would take any token)
         node, blocks = self.trie.match_prefix(tokens)
         return tuple(i for block in blocks for i in block), node
 
     def insert(
         self, tokens: tuple[Any, ...], namespace: Any, indices: tuple[int, ...]
     ) -> tuple[int | None, Any]:
-        # MAX callers align the key themselves: the adapter plays that caller, which also
-        # validates the tail it drops (a bad token there is still a bad call).
+        # MAX callers align the key themselves: the adapter plays that caller, whose tokens
+        # are token ids, the tail it drops included (a bad token there is still a bad call).
         n_pages = len(tokens) // self.page_size
         aligned = tokens[: n_pages * self.page_size]
-        validate_tokens(tokens[len(aligned) :])
+        validate_tokens(tokens)
         return None, self.trie.insert(aligned, self._pages(indices, n_pages))
 
     def lock(self, handle: Any) -> Any:
