@@ -101,7 +101,8 @@ class ReplayCache(Protocol):
         """The key in the form this cache's callers hold it (untimed)."""
 
     def match(self, key: Any, limit: int, extra_key: str | None) -> tuple[int, Any, Any]:
-        """(prefix_len, indices, node) of ``key[:limit]``."""
+        """(prefix_len, indices, node) of ``key[:limit]`` (radixkv: ``RadixKey(key,
+        limit=limit)``, which reads the caller's list or array in place, as sglang's does)."""
 
     def insert(
         self, key: Any, extra_key: str | None, value: torch.Tensor, priority: int = 0
@@ -139,7 +140,7 @@ class RadixkvReplay:
         return array("q", tokens)
 
     def match(self, key: Any, limit: int, extra_key: str | None) -> tuple[int, Any, Any]:
-        result = self.cache.match_prefix(RadixKey(memoryview(key)[:limit], extra_key))
+        result = self.cache.match_prefix(RadixKey(key, extra_key, limit=limit))  # no copy
         return result.prefix_len, result.indices, result.last_node
 
     def insert(
@@ -170,10 +171,6 @@ class RadixkvListReplay(RadixkvReplay):
 
     def prepare(self, tokens: list[int]) -> Any:
         return tokens
-
-    def match(self, key: Any, limit: int, extra_key: str | None) -> tuple[int, Any, Any]:
-        result = self.cache.match_prefix(RadixKey(key[:limit], extra_key))
-        return result.prefix_len, result.indices, result.last_node
 
 
 class SglangReplay:
