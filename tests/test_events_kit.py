@@ -41,7 +41,7 @@ def test_radixkv_streams_exactly_what_it_caches(factory: Any, profile: Profile) 
     report = run_conformance(factory, profile=profile, settings=QUICK)
     report.raise_for_failures()
     assert "events" in report.capabilities
-    assert report.stats["event records"] > 20  # the rule ran and saw real traffic
+    assert report.stats["event records"] > 10  # the rule ran and saw real traffic
 
 
 class ForgetsRemovals(RadixCacheAdapter):

@@ -72,8 +72,8 @@ class LockDoesNothing(MambaAdapter):
 
 def test_finds_the_leak_of_the_adapter_that_forgets_to_free() -> None:
     findings = _findings(broken.factory, 2)
-    assert set(findings) == {"INV-11:evict", "INV-7:reset"}
-    evict = findings["INV-11:evict"]
+    assert set(findings) == {"INV-11:evict-short", "INV-7:reset"}
+    evict = findings["INV-11:evict-short"]
     assert [step.rule for step in evict.steps] == ["extend_request", "evict"]
     assert [step.rule for step in findings["INV-7:reset"].steps] == ["extend_request", "reset"]
 
@@ -90,7 +90,7 @@ def test_finds_both_bugs_of_two_bugs_separately_and_known_ones_are_acknowledged(
 
 
 def test_a_finding_is_a_replayable_trace_that_fails_again() -> None:
-    finding = _findings(broken.factory, 2)["INV-11:evict"]
+    finding = _findings(broken.factory, 2)["INV-11:evict-short"]
     assert finding.trace is not None
     result = replay(finding.trace, broken.factory, RADIXKV)
     assert not result.passed and result.invariant == "INV-11"

@@ -93,3 +93,21 @@ def test_an_old_trace_without_a_finding_id_shrinks_to_what_it_fails_with() -> No
     old = _trace(PADDED_UNLOCK)  # no "finding" in its failure: traces before finding ids
     small = minimize(old, broken.two_bugs)
     assert small["failure"]["finding"] == UNMATCHED_UNLOCK and len(small["steps"]) == 2
+
+
+def test_the_ledger_counts_only_what_a_trace_hands_out() -> None:
+    """Cutting an insert out of a trace leaves a gap in the indices handed out: the ledger
+    tracks what was handed out, so the gap is never a leak, and a minimized trace fails for
+    its own reason (a cache that forgets frees), never for the gap."""
+    gap = _trace([_insert(5, 6, at=4), {"op": "evict", "num_tokens": 2}])
+    assert replay(gap, radix_cache).passed  # indices 0..3 were never handed out
+    forgets = replay(gap, broken.factory)
+    assert forgets.finding == "INV-11:evict-short", forgets  # not a leak of 0..3
+
+
+def test_minimizing_a_leak_keeps_the_leak_of_what_was_handed_out() -> None:
+    steps = [_insert(1, at=0), _insert(2, at=1), _match(1), {"op": "reset"}]
+    shortest = minimize(_trace(steps, finding="INV-7:reset"), broken.factory)
+    assert [step["op"] for step in shortest["steps"]] == ["insert", "reset"]
+    assert replay(shortest, broken.factory).finding == "INV-7:reset"
+    assert replay(shortest, radix_cache).passed  # the minimized trace is no false leak

@@ -183,7 +183,7 @@ def test_recency_on_unlock_is_read() -> None:
     refreshes on unlock (MAX) does not admit."""
     assert replay(UNLOCK_THEN_EVICT, radix_cache, RADIXKV).passed
     refreshed = replay(UNLOCK_THEN_EVICT, radix_cache, RADIXKV.but(recency_on_unlock=True))
-    assert refreshed.finding == "INV-11:evict", refreshed
+    assert refreshed.finding == "INV-11:evict-victim-order", refreshed
 
 
 def test_a_cache_that_stores_nothing_passes_only_as_such() -> None:

@@ -173,23 +173,27 @@ class EventStreamModel:
 
     def removed(self, block_hashes: Sequence[int]) -> None:
         unknown = [h for h in block_hashes if h not in self.pages]
-        holds(not unknown, "INV-41", f"removed pages that are not stored: {unknown}")
+        holds(not unknown, "INV-41", f"removed pages that are not stored: {unknown}", "unknown")
         holds(
             len(set(block_hashes)) == len(block_hashes),
             "INV-41",
             f"a page removed twice in one record: {list(block_hashes)}",
+            "twice",
         )
         for h in block_hashes:
             del self.pages[h]
 
     def _chain(self, record: Stored) -> list[tuple[int, StoredPage]]:
         p, hashes = self.page_size, record.block_hashes
-        holds(record.block_size == p, "INV-40", f"block_size {record.block_size} != {p}")
-        holds(bool(hashes), "INV-40", "a BlockStored with no pages")
+        holds(
+            record.block_size == p, "INV-40", f"block_size {record.block_size} != {p}", "block-size"
+        )
+        holds(bool(hashes), "INV-40", "a BlockStored with no pages", "empty")
         holds(
             len(record.token_ids) == p * len(hashes),
             "INV-40",
             f"{len(record.token_ids)} tokens for {len(hashes)} pages of {p}",
+            "token-count",
         )
         prior, path = self._parent(record)
         new: list[tuple[int, StoredPage]] = []
@@ -200,6 +204,7 @@ class EventStreamModel:
                 block_hash not in self.pages and all(h != block_hash for h, _ in new),
                 "INV-40",
                 f"page {block_hash} stored again without a removal between",
+                "stored-twice",
             )
             if self.hashes == "radixkv":
                 prior = hash_token_ids(page, prior)
@@ -218,12 +223,18 @@ class EventStreamModel:
                 return None, ()
             return namespace_seed(record.extra_key), ()
         parent = self.pages.get(record.parent_block_hash)
-        holds(parent is not None, "INV-40", f"parent {record.parent_block_hash} is not stored")
+        holds(
+            parent is not None,
+            "INV-40",
+            f"parent {record.parent_block_hash} is not stored",
+            "orphan",
+        )
         assert parent is not None
         holds(
             parent.namespace == record.extra_key,
             "INV-40",
             f"namespace {record.extra_key!r} under a page of {parent.namespace!r}",
+            "namespace",
         )
         return parent.digest, parent.path
 

@@ -5,6 +5,7 @@ the state machine's ``@invariant`` checks and the spec's own checks, so a failur
 the rule it broke. SPEC.md explains each one.
 """
 
+from collections.abc import Callable
 from typing import Final
 
 INVARIANTS: Final[dict[str, str]] = {
@@ -137,23 +138,52 @@ INVARIANTS: Final[dict[str, str]] = {
 
 
 class SpecViolation(AssertionError):
-    """An implementation (or the model itself) broke invariant ``inv_id``."""
+    """An implementation (or the model itself) broke invariant ``inv_id``.
 
-    def __init__(self, inv_id: str, message: str) -> None:
+    ``rule`` names which rule of that invariant broke, where one invariant has rules whose
+    failures mean different things (a locked victim corrupts memory; a victim out of order
+    costs hit rate): the kit gives each rule its own finding id.
+    """
+
+    def __init__(self, inv_id: str, message: str, rule: str | None = None) -> None:
         super().__init__(f"{inv_id}: {message}")
         self.inv_id = inv_id
+        self.rule = rule
 
 
 class SpecUsageError(ValueError):
     """A call the model rejects: the caller broke the operation's precondition."""
 
 
-def holds(condition: bool, inv_id: str, message: str) -> None:
-    """Raise ``SpecViolation(inv_id)`` unless ``condition``; never stripped by ``python -O``."""
+def holds(condition: bool, inv_id: str, message: str, rule: str | None = None) -> None:
+    """Raise ``SpecViolation(inv_id, rule)`` unless ``condition``; never stripped by
+    ``python -O``. ``rule`` (a short slug) tells apart rules of one invariant that one
+    operation checks and that mean different things."""
     if inv_id not in INVARIANTS:
         raise KeyError(inv_id)
     if not condition:
-        raise SpecViolation(inv_id, message)
+        raise SpecViolation(inv_id, message, rule)
+
+
+Waiver = Callable[[SpecViolation], bool]
+"""A checker's say on a violation: True when it acknowledges it, so the step goes on."""
+
+
+def never(_: SpecViolation) -> bool:
+    """The default waiver: every violation stops the step."""
+    return False
+
+
+def holds_or_waived(condition: bool, inv_id: str, message: str, rule: str, waive: Waiver) -> None:
+    """``holds``, for a rule after whose violation the model can still apply the step (a
+    victim out of the engine's order is still a victim it may delete): a checker that
+    acknowledges the violation (``waive``) sees the step applied, and the rules checked
+    after it still hold the rest of the step to the spec."""
+    try:
+        holds(condition, inv_id, message, rule)
+    except SpecViolation as violation:
+        if not waive(violation):
+            raise
 
 
 def require(condition: bool, message: str) -> None:

@@ -25,7 +25,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal, TypeAlias
 
-from radixkv_spec.invariants import SpecViolation, holds, require
+from radixkv_spec.invariants import (
+    SpecViolation,
+    Waiver,
+    holds,
+    holds_or_waived,
+    never,
+    require,
+)
 from radixkv_spec.model import cached_len, child_paths, page_prefixes, path_indices, validate_index
 from radixkv_spec.policies import (
     DEEPEST_STATE,
@@ -296,16 +303,20 @@ class MambaCacheModel:
         self.born.clear()
         return freed
 
-    def apply_eviction(self, num_tokens: int, mamba_slots: int, events: Sequence[Event]) -> None:
+    def apply_eviction(
+        self, num_tokens: int, mamba_slots: int, events: Sequence[Event], waive: Waiver = never
+    ) -> None:
         """Check an implementation's ``evict(num_tokens, mamba_slots)`` and apply it.
 
         ``events`` are its frees in order: one KV group per deleted node, each followed by
         the node's slot if it had one, and lone slots for tombstoned inner nodes. Raises
-        ``SpecViolation`` (INV-35, INV-31, INV-33), leaving the model unchanged.
+        ``SpecViolation`` (INV-35, INV-31, INV-33), leaving the model unchanged, except for
+        what ``waive`` acknowledges of the rules the model can go on after (where eviction
+        stopped, the victim order).
         """
         before = self._copy()
         try:
-            _Eviction(self, num_tokens, mamba_slots).run(list(events))
+            _Eviction(self, num_tokens, mamba_slots, waive).run(list(events))
         except SpecViolation:
             self.__dict__.update(before.__dict__)
             raise
@@ -371,8 +382,11 @@ class MambaCacheModel:
 class _Eviction:
     """One evict call replayed against the model, event by event."""
 
-    def __init__(self, model: MambaCacheModel, num_tokens: int, mamba_slots: int) -> None:
+    def __init__(
+        self, model: MambaCacheModel, num_tokens: int, mamba_slots: int, waive: Waiver
+    ) -> None:
         self.m = model
+        self.waive = waive
         self.num_tokens = num_tokens
         self.mamba_slots = mamba_slots
         self.tokens = 0
@@ -390,21 +404,33 @@ class _Eviction:
                 if had_slot is not None:
                     follow = events.pop(0) if events else None
                     # INV-35: a deleted node frees its KV, then its slot
-                    holds(follow == ("slot", had_slot), "INV-35", f"slot {had_slot} not freed")
+                    holds(
+                        follow == ("slot", had_slot),
+                        "INV-35",
+                        f"slot {had_slot} not freed",
+                        "slot-not-freed",
+                    )
                     self.slots += 1
                 self._after_delete()
             else:
                 assert isinstance(payload, int)
                 self._tombstone(payload)
-        holds(self.cascade is None, "INV-31", f"tombstone leaf {self.cascade!r} left behind")
+        holds(
+            self.cascade is None,
+            "INV-31",
+            f"tombstone leaf {self.cascade!r} left behind",
+            "tombstone-leaf",
+        )
         self._phase_one_done()
         enough = self.slots >= self.mamba_slots or not self.m.mamba_candidates()
-        holds(enough, "INV-35", f"freed {self.slots} < {self.mamba_slots} slots, states left")
+        message = f"freed {self.slots} < {self.mamba_slots} slots, states left"
+        holds_or_waived(enough, "INV-35", message, "short-slots", self.waive)
 
     def _phase_one_done(self) -> None:
         if self.phase == 1:
             enough = self.tokens >= self.num_tokens or not self.m.full_candidates()
-            holds(enough, "INV-35", f"freed {self.tokens} < {self.num_tokens}, leaves left")
+            message = f"freed {self.tokens} < {self.num_tokens}, leaves left"
+            holds_or_waived(enough, "INV-35", message, "short", self.waive)
             self.phase = 2
 
     def _primary(self) -> list[Position]:
@@ -414,17 +440,24 @@ class _Eviction:
         if self.phase == 1:
             return self.m.full_candidates()
         # INV-35: phase 2 stops at its slot target
-        holds(self.slots < self.mamba_slots, "INV-35", f"went on after {self.slots} slots")
+        message = f"went on after {self.slots} slots"
+        holds_or_waived(self.slots < self.mamba_slots, "INV-35", message, "past-target", self.waive)
         return self.m.mamba_candidates()
 
     def _require_lru(self, position: Position, candidates: list[Position]) -> None:
-        holds(position in candidates, "INV-35", f"victim {position!r} is not a candidate")
+        holds(
+            position in candidates,
+            "INV-35",
+            f"victim {position!r} is not a candidate",
+            "not-candidate",
+        )
         ranks = {pos: rank for rank, pos in enumerate(sorted(candidates, key=self.m.key))}
         # Ties in (tick, depth) share a rank: the LRU order is total up to them
         bounds = [LeafFacts(*(self._rank(ranks, pos),) * 2) for pos in candidates]
         victim = LeafFacts(*(self._rank(ranks, position),) * 2)
         admitted = self.m.victims.admissible(victim, bounds)
-        holds(admitted, "INV-35", f"victim {position!r} is not {self.m.victims.name}")
+        message = f"victim {position!r} is not {self.m.victims.name}"
+        holds_or_waived(admitted, "INV-35", message, "victim-order", self.waive)
 
     def _rank(self, ranks: dict[Position, int], position: Position) -> int:
         key = self.m.key(position)
@@ -436,15 +469,27 @@ class _Eviction:
         leaf = run[-1]
         if self.cascade is not None:
             # INV-31: the cascade deletes the childless tombstone right after its child
-            holds((ns, leaf) == self.cascade, "INV-31", f"expected {self.cascade!r} next")
+            holds(
+                (ns, leaf) == self.cascade,
+                "INV-31",
+                f"expected {self.cascade!r} next",
+                "cascade-order",
+            )
         else:
             self._require_lru((ns, leaf), self._primary())
-        holds(not self.m.children(ns, leaf), "INV-35", f"victim {leaf!r} is not a leaf")
-        holds(not any(self.m.is_locked(ns, q) for q in run), "INV-35", f"{leaf!r} is locked")
+        holds(not self.m.children(ns, leaf), "INV-35", f"victim {leaf!r} is not a leaf", "not-leaf")
+        holds(
+            not any(self.m.is_locked(ns, q) for q in run),
+            "INV-35",
+            f"{leaf!r} is locked",
+            "locked-victim",
+        )
         lone = all(len(self.m.children(ns, q)) == 1 for q in run[:-1])
-        holds(lone, "INV-35", f"victim ending at {leaf!r} cuts off a branch")
+        holds(lone, "INV-35", f"victim ending at {leaf!r} cuts off a branch", "cuts-branch")
         inner = any((ns, q) in self.m.states for q in run[:-1])
-        holds(not inner, "INV-31", f"a state sits inside the victim ending at {leaf!r}")
+        holds(
+            not inner, "INV-31", f"a state sits inside the victim ending at {leaf!r}", "inner-state"
+        )
         for q in run:
             self.m._drop(ns, q)
         self.tokens += len(group)
@@ -459,27 +504,56 @@ class _Eviction:
 
     def _tombstone(self, slot: int) -> None:
         # INV-35: a lone slot is an inner node's state, never in the middle of a cascade
-        holds(self.cascade is None, "INV-35", f"slot {slot} freed before the cascade")
+        holds(
+            self.cascade is None, "INV-35", f"slot {slot} freed before the cascade", "cascade-order"
+        )
         owners = [pos for pos, s in self.m.states.items() if s == slot]
-        holds(len(owners) == 1, "INV-33", f"freed slot {slot}, which the cache does not hold")
+        holds(
+            len(owners) == 1,
+            "INV-33",
+            f"freed slot {slot}, which the cache does not hold",
+            "uncached",
+        )
         ns, path = owners[0]
         self._require_lru((ns, path), self._primary())
-        holds(bool(self.m.children(ns, path)), "INV-35", f"tombstoned leaf {path!r}")
+        holds(
+            bool(self.m.children(ns, path)),
+            "INV-35",
+            f"tombstoned leaf {path!r}",
+            "tombstoned-leaf",
+        )
         del self.m.states[(ns, path)]
         self.slots += 1
 
     def _run(self, group: tuple[int, ...]) -> tuple[Namespace, list[PagePath]]:
         """The positions a freed KV group held: whole pages along one path, in order."""
         p = self.m.page_size
-        holds(len(group) > 0 and len(group) % p == 0, "INV-35", f"freed {len(group)} tokens")
+        holds(
+            len(group) > 0 and len(group) % p == 0,
+            "INV-35",
+            f"freed {len(group)} tokens",
+            "partial-page",
+        )
         owners = {
             index: (ns, path) for ns, path in self.m.positions() for index in self.m.pages[ns][path]
         }
-        holds(all(i in owners for i in group), "INV-33", "freed a KV index the cache lacks")
+        holds(
+            all(i in owners for i in group),
+            "INV-33",
+            "freed a KV index the cache lacks",
+            "uncached",
+        )
         ns, leaf = owners[group[-1]]
         pages = len(group) // p
-        holds(pages * p <= len(leaf), "INV-35", f"freed more pages than {leaf!r} has")
+        holds(
+            pages * p <= len(leaf), "INV-35", f"freed more pages than {leaf!r} has", "not-one-path"
+        )
         run = [leaf[: len(leaf) - k * p] for k in reversed(range(pages))]
         held = tuple(i for q in run for i in self.m.pages[ns][q])
-        holds(held == group, "INV-35", f"freed indices are not the path ending at {leaf!r}")
+        holds(
+            held == group,
+            "INV-35",
+            f"freed indices are not the path ending at {leaf!r}",
+            "not-one-path",
+        )
         return ns, run

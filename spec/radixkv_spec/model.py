@@ -34,7 +34,14 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import TypeAlias
 
-from radixkv_spec.invariants import SpecViolation, holds, require
+from radixkv_spec.invariants import (
+    SpecViolation,
+    Waiver,
+    holds,
+    holds_or_waived,
+    never,
+    require,
+)
 from radixkv_spec.policies import LRU_LEAVES, LeafFacts, VictimOrder
 from radixkv_spec.tokens import (
     MAX_TOKEN_ID,
@@ -299,18 +306,22 @@ class PrefixCacheModel:
         if not self.handles[(ns, path)]:
             del self.handles[(ns, path)]
 
-    def apply_eviction(self, target: int, groups: Sequence[Sequence[int]]) -> None:
+    def apply_eviction(
+        self, target: int, groups: Sequence[Sequence[int]], waive: Waiver = never
+    ) -> None:
         """Check an implementation's ``evict(target)`` and apply it to the model.
 
         ``groups`` are the index lists the implementation freed, one per deleted node, in
         deletion order. Raises ``SpecViolation`` (INV-7 / INV-11), leaving the model
-        unchanged, if the eviction was not admissible.
+        unchanged, if the eviction was not admissible. A violation ``waive`` acknowledges
+        of a rule the model can go on after (where eviction stopped, the victim order) is
+        not raised.
         """
         # A negative target is a usage error of evict(), rejected before any change
         require(target >= 0, f"evict({target}): the target must be >= 0")
         before = self.copy()
         try:
-            self._evict(target, [tuple(group) for group in groups])
+            self._evict(target, [tuple(group) for group in groups], waive)
         except SpecViolation:
             self._become(before)
             raise
@@ -464,35 +475,39 @@ class PrefixCacheModel:
 
     # ---------------------------------------------------------------- eviction
 
-    def _evict(self, target: int, groups: list[tuple[int, ...]]) -> None:
+    def _evict(self, target: int, groups: list[tuple[int, ...]], waive: Waiver) -> None:
         # INV-11: a zero target deletes nothing
-        holds(target > 0 or not groups, "INV-11", f"evict({target}) deleted nodes")
+        message = f"evict({target}) deleted nodes"
+        holds_or_waived(target > 0 or not groups, "INV-11", message, "zero-target", waive)
         freed = 0
         for group in groups:
             # INV-11: eviction stops as soon as the target is reached
-            holds(freed < target, "INV-11", f"went on evicting after freeing {freed} >= {target}")
-            self._evict_victim(group)
+            message = f"went on evicting after freeing {freed} >= {target}"
+            holds_or_waived(freed < target, "INV-11", message, "past-target", waive)
+            self._evict_victim(group, waive)
             freed += len(group)
         # INV-11: eviction stops short only when nothing evictable is left
         stopped_early = freed < target and bool(self.evictable_leaves())
-        holds(not stopped_early, "INV-11", f"freed {freed} < {target} with leaves left")
+        message = f"freed {freed} < {target} with leaves left"
+        holds_or_waived(not stopped_early, "INV-11", message, "short", waive)
 
-    def _evict_victim(self, group: tuple[int, ...]) -> None:
+    def _evict_victim(self, group: tuple[int, ...], waive: Waiver) -> None:
         run = self._victim_run(group)
         ns, leaf = run[-1]
         # INV-11: a victim ends at a leaf: nothing is cached below it
-        holds(not self.children(ns, leaf), "INV-11", f"victim {leaf!r} is not a leaf")
+        holds(not self.children(ns, leaf), "INV-11", f"victim {leaf!r} is not a leaf", "not-leaf")
         # INV-11: a victim is one branch: no other page hangs below its upper pages
         lone = all(len(self.children(ns, path)) == 1 for _, path in run[:-1])
-        holds(lone, "INV-11", f"victim ending at {leaf!r} cuts off a sibling branch")
+        holds(lone, "INV-11", f"victim ending at {leaf!r} cuts off a sibling branch", "cuts-branch")
         # INV-11: locked pages are never evicted
         locked = any(self.is_locked(ns, path) for _, path in run)
-        holds(not locked, "INV-11", f"victim ending at {leaf!r} is locked")
+        holds(not locked, "INV-11", f"victim ending at {leaf!r} is locked", "locked-victim")
         # INV-11: the victim is one the engine's victim order admits (LRU: the least
         # recently used evictable leaf, ties allowed)
         candidates = [self.leaf_facts(pos) for pos in self.evictable_leaves()]
         admitted = self.victims.admissible(self.leaf_facts((ns, leaf)), candidates)
-        holds(admitted, "INV-11", f"victim {leaf!r} is not {self.victims.name}")
+        message = f"victim {leaf!r} is not {self.victims.name}"
+        holds_or_waived(admitted, "INV-11", message, "victim-order", waive)
         for _, path in run:
             self._drop_page(ns, path)
 
@@ -510,16 +525,33 @@ class PrefixCacheModel:
         """The positions a freed group held, checked to be whole pages along one path."""
         p = self.page_size
         # INV-11: a victim frees whole pages
-        holds(len(group) > 0 and len(group) % p == 0, "INV-11", f"freed {len(group)} tokens")
+        holds(
+            len(group) > 0 and len(group) % p == 0,
+            "INV-11",
+            f"freed {len(group)} tokens",
+            "partial-page",
+        )
         owners = self._index_owners()
         # INV-7: only indices the cache holds may be freed, each once
-        holds(all(i in owners for i in group), "INV-7", "freed an index the cache does not hold")
-        holds(len(set(group)) == len(group), "INV-7", "freed the same index twice")
+        holds(
+            all(i in owners for i in group),
+            "INV-7",
+            "freed an index the cache does not hold",
+            "uncached",
+        )
+        holds(len(set(group)) == len(group), "INV-7", "freed the same index twice", "twice")
         ns, leaf, _ = owners[group[-1]]
         pages = len(group) // p
         # INV-11: the group is the indices of a run of pages ending at ``leaf``, in order
-        holds(pages * p <= len(leaf), "INV-11", f"freed more pages than {leaf!r} has")
+        holds(
+            pages * p <= len(leaf), "INV-11", f"freed more pages than {leaf!r} has", "not-one-path"
+        )
         run = [(ns, leaf[: len(leaf) - k * p]) for k in reversed(range(pages))]
         held = tuple(i for _, path in run for i in self.pages[ns][path])
-        holds(held == group, "INV-11", f"freed indices are not the path ending at {leaf!r}")
+        holds(
+            held == group,
+            "INV-11",
+            f"freed indices are not the path ending at {leaf!r}",
+            "not-one-path",
+        )
         return run

@@ -13,7 +13,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TypeAlias
 
-from radixkv_spec.invariants import SpecViolation, holds, require
+from radixkv_spec.invariants import (
+    SpecViolation,
+    Waiver,
+    holds,
+    holds_or_waived,
+    never,
+    require,
+)
 from radixkv_spec.policies import LRU_LEAVES, READS_LEAF_FACTS, LeafFacts, VictimOrder
 from radixkv_spec.tokens import Namespace, Token, aligned, extends
 
@@ -237,9 +244,11 @@ class SlidingWindowModel:
         swa_num_tokens: int,
         events: Sequence[FreeEvent],
         swa_locked: set[Position],
+        waive: Waiver = never,
     ) -> EvictionOutcome:
         """Apply an ``evict``'s free events, checking each victim as it goes (the first
-        half of ``apply_eviction``; where the eviction stopped is not checked here)."""
+        half of ``apply_eviction``; where the eviction stopped is not checked here). A
+        victim out of order that ``waive`` acknowledges is applied all the same."""
         out = EvictionOutcome()
         phase1 = num_tokens > 0
         for kind, indices in events:
@@ -249,13 +258,14 @@ class SlidingWindowModel:
             cascade = all(q in self.tombstones for q in run)
             if not phase1:
                 # INV-11: phase 2 runs only while SWA tokens are still wanted
-                holds(cascade or out.swa_evicted < swa_num_tokens, "INV-11", "phase 2 overran")
+                wanted = cascade or out.swa_evicted < swa_num_tokens
+                holds_or_waived(wanted, "INV-11", "phase 2 overran", "past-target", waive)
             if kind == "free":
                 among = self._evictable_leaves() if phase1 else self._swa_candidates(swa_locked)
-                self._delete(run, out, lru=not cascade, among=among)
+                self._delete(run, out, lru=not cascade, among=among, waive=waive)
             else:
-                holds(not phase1, "INV-11", "free_swa during phase 1")
-                self._tombstone(run, out, swa_locked)
+                holds(not phase1, "INV-11", "free_swa during phase 1", "phase-order")
+                self._tombstone(run, out, swa_locked, waive)
         return out
 
     def eviction_end_violations(
@@ -282,12 +292,24 @@ class SlidingWindowModel:
     def _run_of(self, indices: tuple[int, ...]) -> list[Position]:
         owners = {i: q for q, page in self.pages.items() for i in page}
         # INV-7: only cached indices are freed by an eviction
-        holds(all(i in owners for i in indices), "INV-7", f"evict freed uncached {indices}")
+        holds(
+            all(i in owners for i in indices),
+            "INV-7",
+            f"evict freed uncached {indices}",
+            "uncached",
+        )
         run = sorted({owners[i] for i in indices}, key=lambda q: len(q[1]))
         pages = tuple(i for q in run for i in self.pages[q])
-        holds(sorted(pages) == sorted(indices), "INV-11", "a free is not whole pages")
+        holds(
+            sorted(pages) == sorted(indices), "INV-11", "a free is not whole pages", "partial-page"
+        )
         for upper, lower in itertools.pairwise(run):
-            holds(lower in self.children(upper), "INV-11", "a freed run is not one path")
+            holds(
+                lower in self.children(upper),
+                "INV-11",
+                "a freed run is not one path",
+                "not-one-path",
+            )
         return run
 
     def _admissible(self, victim: Position, among: list[Position]) -> bool:
@@ -305,15 +327,26 @@ class SlidingWindowModel:
         return [q for q in self.pages if q not in self.tombstones and q not in swa_locked]
 
     def _delete(
-        self, run: list[Position], out: EvictionOutcome, lru: bool, among: list[Position]
+        self,
+        run: list[Position],
+        out: EvictionOutcome,
+        lru: bool,
+        among: list[Position],
+        waive: Waiver,
     ) -> None:
         leaf = run[-1]
         # INV-11: a whole unlocked leaf, and under LRU the least recently used one
-        holds(not self.children(leaf), "INV-11", f"deleted {leaf!r} has children")
-        holds(not any(self.is_locked(q) for q in run), "INV-24", "freed a locked page")
+        holds(not self.children(leaf), "INV-11", f"deleted {leaf!r} has children", "not-leaf")
+        holds(
+            not any(self.is_locked(q) for q in run),
+            "INV-24",
+            "freed a locked page",
+            "locked-victim",
+        )
         if lru:
             admitted = self._admissible(leaf, among)
-            holds(admitted, "INV-11", f"{leaf!r} is not the {self.victims.name} leaf")
+            message = f"{leaf!r} is not the {self.victims.name} leaf"
+            holds_or_waived(admitted, "INV-11", message, "victim-order", waive)
         for q in run:
             out.full_evicted += self.page_size
             if q not in self.tombstones:
@@ -324,14 +357,20 @@ class SlidingWindowModel:
             out.deleted.append(q)
 
     def _tombstone(
-        self, run: list[Position], out: EvictionOutcome, swa_locked: set[Position]
+        self, run: list[Position], out: EvictionOutcome, swa_locked: set[Position], waive: Waiver
     ) -> None:
         # INV-24: SWA KV of a lock's window is never freed, and a tombstone is not a leaf
-        holds(not set(run) & self.minimum_windows(), "INV-24", "free_swa inside a lock window")
-        holds(not set(run) & swa_locked, "INV-24", "free_swa of an SWA-locked node")
-        holds(not set(run) & self.tombstones, "INV-24", "free_swa of a tombstone")
+        holds(
+            not set(run) & self.minimum_windows(),
+            "INV-24",
+            "free_swa inside a lock window",
+            "locked-window",
+        )
+        holds(not set(run) & swa_locked, "INV-24", "free_swa of an SWA-locked node", "swa-locked")
+        holds(not set(run) & self.tombstones, "INV-24", "free_swa of a tombstone", "twice")
         holds(bool(self.children(run[-1])), "INV-20", "tombstoned a leaf")
         admitted = self._admissible(run[-1], self._swa_candidates(swa_locked))
-        holds(admitted, "INV-11", f"tombstoned a node that is not {self.victims.name}")
+        message = f"tombstoned a node that is not {self.victims.name}"
+        holds_or_waived(admitted, "INV-11", message, "victim-order", waive)
         self.tombstones.update(run)
         out.swa_evicted += len(run) * self.page_size

@@ -42,13 +42,25 @@ from hypothesis.stateful import (
     rule,
 )
 from radixkv_spec.hashing import page_hashes as spec_page_hashes
+from radixkv_spec.invariants import SpecViolation
 from radixkv_spec.model import PrefixCacheModel, cached_len
 from radixkv_spec.tokens import page_align
 
 from radixkv_conformance.events_rules import EventsOracle
-from radixkv_conformance.findings import Finding, describe, finding_id, finding_type, slug
+from radixkv_conformance.findings import (
+    Finding,
+    Violation,
+    describe,
+    finding_id,
+    finding_type,
+    invariant_id,
+    message_key,
+    slug,
+)
 from radixkv_conformance.profile import RADIXKV, Profile
 from radixkv_conformance.protocol import (
+    CAPABILITIES,
+    AdapterError,
     AdapterFactory,
     Evicted,
     Indices,
@@ -68,6 +80,11 @@ BAD_NAMESPACES: Sequence[object] = (5, b"a", 1.5, ("a",))
 TOKEN_ALPHABET = st.integers(0, 3)  # a small alphabet makes keys share pages
 NAMESPACES = st.sampled_from(NAMESPACE_VALUES)
 BAD_TOKEN = st.sampled_from(BAD_TOKENS)
+EVICT_ALL = 1 << 20
+"""An eviction target above any run's cache: memory pressure that takes every unlocked
+leaf, so a victim the cache should have kept (a locked one) is reached however the cache
+orders its victims."""
+EVICT_AMOUNTS = st.one_of(st.integers(0, 40), st.just(EVICT_ALL))
 BAD_NAMESPACE = st.sampled_from(BAD_NAMESPACES)
 
 
@@ -110,13 +127,13 @@ def chain_restarted(
     return restarted
 
 
-BAD_CALLS = {  # what the bad_call rule tries -> (the method that builds it, capability)
-    "insert with a bad token": ("_bad_token_insert", "bad_input"),
-    "match with a bad token": ("_bad_token_match", "bad_input"),
-    "insert with a non-str extra_key": ("_bad_namespace_insert", "namespaces"),
-    "match with a non-str extra_key": ("_bad_namespace_match", "namespaces"),
-    "insert with a value shorter than the key": ("_short_value", "bad_input"),
-    "evict a negative count": ("_negative_evict", "bad_input"),
+BAD_CALLS = {  # what the bad_call rule tries -> (the method that builds it, capabilities)
+    "insert with a bad token": ("_bad_token_insert", ("bad_input",)),
+    "match with a bad token": ("_bad_token_match", ("bad_input",)),
+    "insert with a non-str extra_key": ("_bad_namespace_insert", ("bad_input", "namespaces")),
+    "match with a non-str extra_key": ("_bad_namespace_match", ("bad_input", "namespaces")),
+    "insert with a value shorter than the key": ("_short_value", ("bad_input",)),
+    "evict a negative count": ("_negative_evict", ("bad_input",)),
 }
 CALL_FIELDS = (
     "tokens",
@@ -212,7 +229,9 @@ class ConformanceMachine(RuleBasedStateMachine):
 
     session: ClassVar[Session]
     mode: ClassVar[str] = "plain"
-    bad_calls: ClassVar[dict[str, tuple[str, str]]] = BAD_CALLS
+    checks: ClassVar[frozenset[str]] = frozenset(CAPABILITIES) - {"priority", "swa", "mamba"}
+    """The capabilities this rule set has rules for; a claim outside them is refused."""
+    bad_calls: ClassVar[dict[str, tuple[str, tuple[str, ...]]]] = BAD_CALLS
 
     nodes = Bundle("nodes")
     locks = Bundle("locks")
@@ -246,12 +265,15 @@ class ConformanceMachine(RuleBasedStateMachine):
         self.check = "setup"
         self.events: list[tuple[str, tuple[int, ...]]] = []
         self.copies: list[tuple[int, int]] = []
-        self.next_index = 0
+        self.next_index = 0  # the next fresh index; `given` is the ledger's truth
         self.next_slot = 0
+        self.given: set[int] = set()  # every index handed out (allocated, or from a trace)
+        self.given_slots: set[int] = set()
         self.freed: set[int] = set()
         self.swa_freed: set[int] = set()
         self.freed_slots: set[int] = set()
         self.keys_seen: list[tuple[int, ...]] = [()]
+        self.cached_refs: list[NodeRef] = []  # handles below the root, for lock
         self.resets = 0
         self.unlock_by_token = True
         self.model: Any = self.new_model()
@@ -289,8 +311,13 @@ class ConformanceMachine(RuleBasedStateMachine):
         finally:
             self.check = outer
 
-    def require(self, holds: object, message: str) -> None:
+    def require(
+        self, holds: object, message: str, rule: str | None = None, what: str | None = None
+    ) -> None:
         """One check of the current step: a violation is a finding, unless acknowledged.
+
+        ``rule`` tells apart checks of one step and one invariant that mean different
+        things (a cached index freed vs an index leaked): each is its own finding id.
 
         An acknowledged (``--known``) violation is recorded and the step goes on: the model
         keeps the spec's state (it is never bent to the cache's), so the checks after it
@@ -299,9 +326,10 @@ class ConformanceMachine(RuleBasedStateMachine):
         """
         if holds:
             return
-        fid = finding_id(self.check, AssertionError(message))
+        violation = Violation(message, rule, what)
+        fid = finding_id(self.check, violation)
         if fid not in self.session.known:
-            raise AssertionError(message)
+            raise violation
         self.acknowledge(fid)
 
     def settled(self, bad_call: str) -> bool:
@@ -311,6 +339,16 @@ class ConformanceMachine(RuleBasedStateMachine):
         live. A crash the same call shows with other values is found in the same search as
         the acceptance, or not looked for again."""
         return f"INV-14:{slug('bad: ' + bad_call)}" in self.session.known
+
+    def waive(self, violation: SpecViolation) -> bool:
+        """The spec model's question on a rule it can go on after (a victim out of order):
+        acknowledged (``--known``) violations are recorded and the step is applied, so the
+        rest of the step (a locked victim, say) is still checked."""
+        fid = finding_id(self.check, violation)
+        if fid not in self.session.known:
+            return False
+        self.acknowledge(fid)
+        return True
 
     def acknowledge(self, fid: str) -> None:
         self.session.stats[f"acknowledged: {fid}"] += 1
@@ -340,16 +378,20 @@ class ConformanceMachine(RuleBasedStateMachine):
         if kind == "slot":
             for slot in indices:
                 self.require(
-                    0 <= slot < self.next_slot, f"INV-33: {by} freed slot {slot}, never given"
+                    slot in self.given_slots,
+                    f"INV-33: {by} freed slot {slot}, never given",
+                    "never-given",
                 )
-                self.require(slot not in self.freed_slots, f"INV-33: {by} freed slot {slot} twice")
+                self.require(
+                    slot not in self.freed_slots, f"INV-33: {by} freed slot {slot} twice", "twice"
+                )
                 self.freed_slots.add(slot)
             return
         for i in indices:
             self.require(
-                0 <= i < self.next_index, f"INV-7: {by} freed {i}, which was never allocated"
+                i in self.given, f"INV-7: {by} freed {i}, which was never allocated", "never-given"
             )
-            self.require(i not in self.freed, f"INV-7: {by} freed index {i} twice")
+            self.require(i not in self.freed, f"INV-7: {by} freed index {i} twice", "twice")
             if kind == "free_swa":
                 self.require(i not in self.swa_freed, f"INV-24: {by} freed the SWA KV of {i} twice")
             else:
@@ -358,12 +400,25 @@ class ConformanceMachine(RuleBasedStateMachine):
 
     def allocate(self, n: int) -> tuple[int, ...]:
         out = tuple(range(self.next_index, self.next_index + n))
-        self.next_index += n
+        self.hand_out(out)
         return out
 
+    def hand_out(self, indices: Sequence[int]) -> None:
+        """The caller holds ``indices`` now: freshly allocated, or as a replayed trace gives
+        them. The ledger counts exactly these, so a trace with steps cut out (minimized)
+        never shows the indices it no longer hands out as leaked."""
+        self.given.update(indices)
+        self.next_index = max(self.next_index, max(indices, default=-1) + 1)
+
     def new_slot(self) -> int:
-        self.next_slot += 1
-        return self.next_slot - 1
+        slot = self.next_slot
+        self.hand_out_slot(slot)
+        return slot
+
+    def hand_out_slot(self, slot: int) -> None:
+        """As ``hand_out``, for a state slot."""
+        self.given_slots.add(slot)
+        self.next_slot = max(self.next_slot, slot + 1)
 
     def state_copied(self, src: int, dst: int) -> None:
         self.copies.append((src, dst))
@@ -414,7 +469,10 @@ class ConformanceMachine(RuleBasedStateMachine):
 
     def ref(self, handle: Any, namespace: Namespace, prefix: tuple[int, ...]) -> NodeRef:
         step = len(self.trace) - 1
-        return NodeRef(handle, namespace, prefix, self.birth(), self.resets, step)
+        made = NodeRef(handle, namespace, prefix, self.birth(), self.resets, step)
+        if prefix:
+            self.cached_refs.append(made)
+        return made
 
     def birth(self) -> int:
         """The mode's clock, stamped on a handle when it is taken."""
@@ -572,6 +630,39 @@ class ConformanceMachine(RuleBasedStateMachine):
         """Reset the model; return (the indices, the slots) the cache held."""
         return list(self.model.reset()), []
 
+    def do_page_hashes(self, ref: NodeRef) -> None:
+        """Page hashes are a pure function of namespace and root path (INV-9, INV-13).
+
+        A mismatch is one of two findings, so one bug never hides the other: hashes that
+        are the spec's for no namespace (``page_hashes: namespace``), or a page hashed as
+        if it started the key, without its parents (``page_hashes: path``).
+        """
+        if self.is_stale(ref) or not ref.prefix:
+            return
+        step = self.log("page_hashes", node=ref.step)
+        with self.checking("page_hashes"):
+            expected = spec_page_hashes(ref.namespace, ref.prefix, self.page_size)
+            step["expect"] = {"hashes": expected}
+            got = self.sut.page_hashes(ref.handle)
+            if got != expected:
+                self.check = f"page_hashes: {self.page_hash_mistake(ref, got)}"
+            self.require(
+                got == expected, f"INV-9: page hashes of {ref.prefix} differ from the spec"
+            )
+            self.count("page_hashes")
+
+    def page_hash_mistake(self, ref: NodeRef, got: object) -> str:
+        """Which rule wrong hashes break: ``namespace`` ignored, or ``path`` (some page
+        hashed without some of its parents), or neither that can be told (``other``)."""
+        p, prefix = self.page_size, ref.prefix
+        if ref.namespace is not None and got == spec_page_hashes(None, prefix, p):
+            return "namespace"
+        if chain_restarted(got, ref.namespace, prefix, p):
+            return "path"
+        if chain_restarted(got, None, prefix, p):  # both: the namespace is ignored too
+            return "namespace"
+        return "other"
+
     def do_bad_call(self, kind: str, call: Step) -> None:
         """A call the cache must reject with a usage error, changing nothing (INV-14)."""
         fields = {k: v for k, v in call.items() if k in CALL_FIELDS}
@@ -587,8 +678,16 @@ class ConformanceMachine(RuleBasedStateMachine):
 
     # ---- rules every mode shares ---------------------------------------------------------
 
-    @rule(target=locks, ref=nodes)
-    def lock(self, ref: NodeRef) -> LockRef:
+    @rule(target=locks, ref=nodes, data=st.data())
+    def lock(self, ref: NodeRef, data: st.DataObject) -> LockRef:
+        """Lock a node, as a running request does. Most handles in ``nodes`` come from
+        matches that missed, at the root, where a lock protects nothing; such a draw locks
+        a node below the root instead when there is one, so the rules about locked pages
+        (a locked victim) are tried as often as the others."""
+        if not ref.prefix:
+            live = [r for r in self.cached_refs if not self.is_stale(r)]
+            if live:  # the newest first: what a running request holds
+                ref = live[-1 - data.draw(up_to(len(live) - 1), label="cached node")]
         return self.do_lock(ref)
 
     @rule(held=consumes(locks))
@@ -622,10 +721,18 @@ class ConformanceMachine(RuleBasedStateMachine):
         rules: Any = self  # every mode's rule set has its own do_match
         rules.do_match(tokens, namespace)
 
+    @precondition(lambda self: self.has("hashing"))
+    @rule(ref=nodes)
+    def page_hashes(self, ref: NodeRef) -> None:
+        """Capability ``hashing``, in every mode: hashes depend on namespace and path only."""
+        self.do_page_hashes(ref)
+
     @rule(data=st.data())
     def bad_call(self, data: st.DataObject) -> None:
         kinds = sorted(
-            k for k, (_, cap) in self.bad_calls.items() if self.has(cap) and not self.settled(k)
+            kind
+            for kind, (_, needs) in self.bad_calls.items()
+            if all(map(self.has, needs)) and not self.settled(kind)
         )
         if not kinds:
             return
@@ -688,8 +795,13 @@ class ConformanceMachine(RuleBasedStateMachine):
     @precondition(_started)
     @invariant()
     def implementation_checks_itself(self) -> None:
-        with self.checking("invariant: the implementation's own check"):
-            self.sut.check()
+        """The adapter's own ``check()``: each distinct complaint is its own finding."""
+        with self.checking("own check"):
+            try:
+                self.sut.check()
+            except Exception as error:
+                what = invariant_id(describe(error)) or type(error).__name__
+                self.require(False, describe(error), message_key(error), what)
 
     @precondition(_started)
     @invariant()
@@ -720,6 +832,7 @@ class PlainRules(ConformanceMachine):
     """A prefix cache without SWA or Mamba, against ``radixkv_spec.model``."""
 
     mode: ClassVar[str] = "plain"
+    checks = ConformanceMachine.checks | {"priority"}
     invariant_names = (*ConformanceMachine.invariant_names, "agrees_with_spec")
 
     def new_model(self) -> PrefixCacheModel:
@@ -760,7 +873,7 @@ class PlainRules(ConformanceMachine):
         options = {} if priority is None else {"priority": priority}
         step.update(options)
         with self.checking("insert"):
-            self.next_index = max(self.next_index, max(indices, default=-1) + 1)
+            self.hand_out(indices)
             profile, p = self.profile, self.page_size
             key = tokens[: page_align(len(tokens), p)]
             held = ()
@@ -785,39 +898,6 @@ class PlainRules(ConformanceMachine):
             self.count("insert")
             return self.ref(got.handle, namespace, key if profile.stores else ())
 
-    def do_page_hashes(self, ref: NodeRef) -> None:
-        """Page hashes are a pure function of namespace and root path (INV-9, INV-13).
-
-        A mismatch is one of two findings, so one bug never hides the other: hashes that
-        are the spec's for no namespace (``page_hashes: namespace``), or a page hashed as
-        if it started the key, without its parents (``page_hashes: path``).
-        """
-        if self.is_stale(ref) or not ref.prefix:
-            return
-        step = self.log("page_hashes", node=ref.step)
-        with self.checking("page_hashes"):
-            expected = spec_page_hashes(ref.namespace, ref.prefix, self.page_size)
-            step["expect"] = {"hashes": expected}
-            got = self.sut.page_hashes(ref.handle)
-            if got != expected:
-                self.check = f"page_hashes: {self.page_hash_mistake(ref, got)}"
-            self.require(
-                got == expected, f"INV-9: page hashes of {ref.prefix} differ from the spec"
-            )
-            self.count("page_hashes")
-
-    def page_hash_mistake(self, ref: NodeRef, got: object) -> str:
-        """Which rule wrong hashes break: ``namespace`` ignored, or ``path`` (some page
-        hashed without some of its parents), or neither that can be told (``other``)."""
-        p, prefix = self.page_size, ref.prefix
-        if ref.namespace is not None and got == spec_page_hashes(None, prefix, p):
-            return "namespace"
-        if chain_restarted(got, ref.namespace, prefix, p):
-            return "path"
-        if chain_restarted(got, None, prefix, p):  # both: the namespace is ignored too
-            return "namespace"
-        return "other"
-
     def do_evict(self, num_tokens: int) -> None:
         step = self.log("evict", num_tokens=num_tokens)
         with self.checking("evict"):
@@ -825,7 +905,7 @@ class PlainRules(ConformanceMachine):
             reported = self.call_evict(step).full
             groups = [g for kind, g in self.events[seen:] if kind == "free"]
             step["observed"] = {"freed": [list(g) for g in groups]}
-            self.model.apply_eviction(num_tokens, groups)
+            self.model.apply_eviction(num_tokens, groups, self.waive)
             freed = sum(len(g) for g in groups)
             # Each its own finding: a miscount must not hide a wrong victim, nor the reverse.
             with self.checking("evict: reported counts"):
@@ -880,12 +960,7 @@ class PlainRules(ConformanceMachine):
         self.do_match(self.draw_tokens(data), self.draw_namespace(data))
         self.count("match without a handle")
 
-    @precondition(lambda self: self.has("hashing"))
-    @rule(ref=ConformanceMachine.nodes)
-    def page_hashes(self, ref: NodeRef) -> None:
-        self.do_page_hashes(ref)
-
-    @rule(num_tokens=st.integers(0, 40))
+    @rule(num_tokens=EVICT_AMOUNTS)
     def evict(self, num_tokens: int) -> None:
         self.do_evict(num_tokens)
 
@@ -916,25 +991,41 @@ class PlainRules(ConformanceMachine):
             self.count("invariant checks")
         with self.checking("invariant: every index has one owner"):
             held = list(contents.values())
-            self.require(len(held) == len(set(held)), "INV-7: an index is cached at two positions")
-            self.require(not set(held) & self.freed, "INV-7: a cached index was freed")
-            missing = set(range(self.next_index)) - set(held) - self.freed
             self.require(
-                not missing, f"INV-7: indices leaked (neither cached nor freed): {missing}"
+                len(held) == len(set(held)), "INV-7: an index is cached at two positions", "shared"
+            )
+            self.require(
+                not set(held) & self.freed, "INV-7: a cached index was freed", "cached-freed"
+            )
+            missing = self.given - set(held) - self.freed
+            self.require(
+                not missing, f"INV-7: indices leaked (neither cached nor freed): {missing}", "leak"
             )
 
 
 def rule_set(capabilities: frozenset[str]) -> type[ConformanceMachine]:
-    """The rule set of an adapter's mode: SWA, Mamba, or plain."""
+    """The rule set of an adapter's mode: SWA, Mamba, or plain.
+
+    Raises ``AdapterError`` when the adapter claims a capability that mode has no rule for:
+    a claim the kit would list as checked but never exercise is refused, never passed.
+    """
+    rules: type[ConformanceMachine] = PlainRules
     if "mamba" in capabilities:
         from radixkv_conformance.mamba_rules import MambaRules
 
-        return MambaRules
-    if "swa" in capabilities:
+        rules = MambaRules
+    elif "swa" in capabilities:
         from radixkv_conformance.swa_rules import SwaRules
 
-        return SwaRules
-    return PlainRules
+        rules = SwaRules
+    unchecked = capabilities - rules.checks
+    if unchecked:
+        raise AdapterError(
+            f"the {rules.mode} rule set has no rules for {sorted(unchecked)}, so the kit "
+            "cannot check them: drop the claim (or check that mode's capabilities in its "
+            "own adapter)"
+        )
+    return rules
 
 
 def probe_adapter(factory: AdapterFactory, profile: Profile) -> Any:

@@ -37,11 +37,12 @@ class MambaRules(ConformanceMachine):
     """MambaRadixCache-like caches."""
 
     mode: ClassVar[str] = "mamba"
-    bad_calls: ClassVar[dict[str, tuple[str, str]]] = {
+    checks = ConformanceMachine.checks | {"mamba"}
+    bad_calls: ClassVar[dict[str, tuple[str, tuple[str, ...]]]] = {
         **BAD_CALLS,
-        "evict a negative slot count": ("_negative_slot_evict", "bad_input"),
-        "insert with a negative slot": ("_negative_slot", "bad_input"),
-        "insert with a slot the tree owns": ("_owned_slot", "bad_input"),
+        "evict a negative slot count": ("_negative_slot_evict", ("bad_input",)),
+        "insert with a negative slot": ("_negative_slot", ("bad_input",)),
+        "insert with a slot the tree owns": ("_owned_slot", ("bad_input",)),
     }
 
     invariant_names = (
@@ -141,9 +142,9 @@ class MambaRules(ConformanceMachine):
             state_slot=state_slot,
         )
         with self.checking("insert"):
-            self.next_index = max(self.next_index, max(indices, default=-1) + 1)
+            self.hand_out(indices)
             if state_slot is not None:
-                self.next_slot = max(self.next_slot, state_slot + 1)
+                self.hand_out_slot(state_slot)
             key = tokens[: page_align(len(tokens), self.page_size)]
             held = self.model.indices_of(namespace, key[: self.model.kv_len(namespace, key)])
             seen = len(self.events)
@@ -180,7 +181,7 @@ class MambaRules(ConformanceMachine):
                 if kind in ("free", "slot")
             ]
             step["observed"] = {"events": [[k, p] for k, p in events]}
-            self.model.apply_eviction(num_tokens, mamba_slots, events)
+            self.model.apply_eviction(num_tokens, mamba_slots, events, self.waive)
             tokens = len(self.frees_since(seen))
             slots = len(self.frees_since(seen, "slot"))
             with self.checking("evict: reported counts"):  # not the victims' finding
@@ -323,10 +324,12 @@ class MambaRules(ConformanceMachine):
     def every_index_and_slot_has_one_owner(self) -> None:
         with self.checking("invariant: every index has one owner"):
             held = self.model.cached_indices()
-            self.require(not held & self.freed, "INV-7: a cached index was freed")
-            missing = set(range(self.next_index)) - held - self.freed
-            self.require(not missing, f"INV-7: indices leaked: {sorted(missing)}")
+            self.require(not held & self.freed, "INV-7: a cached index was freed", "cached-freed")
+            missing = self.given - held - self.freed
+            self.require(not missing, f"INV-7: indices leaked: {sorted(missing)}", "leak")
             owned = self.model.owned_slots()
-            self.require(not owned & self.freed_slots, "INV-33: a tree-owned slot was freed")
-            lost = set(range(self.next_slot)) - owned - self.freed_slots
-            self.require(not lost, f"INV-33: state slots leaked: {sorted(lost)}")
+            self.require(
+                not owned & self.freed_slots, "INV-33: a tree-owned slot was freed", "cached-freed"
+            )
+            lost = self.given_slots - owned - self.freed_slots
+            self.require(not lost, f"INV-33: state slots leaked: {sorted(lost)}", "leak")

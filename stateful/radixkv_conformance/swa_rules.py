@@ -26,11 +26,12 @@ class SwaRules(ConformanceMachine):
     """RadixCache-like caches with ``sliding_window_size = W``."""
 
     mode: ClassVar[str] = "swa"
-    bad_calls: ClassVar[dict[str, tuple[str, str]]] = {
+    checks = ConformanceMachine.checks | {"swa"}
+    bad_calls: ClassVar[dict[str, tuple[str, tuple[str, ...]]]] = {
         **BAD_CALLS,
-        "evict a negative swa_num_tokens": ("_negative_swa_evict", "bad_input"),
-        "insert with an unaligned prev_prefix_len": ("_unaligned_prev", "bad_input"),
-        "insert with an unaligned swa_evicted_seqlen": ("_unaligned_evicted", "bad_input"),
+        "evict a negative swa_num_tokens": ("_negative_swa_evict", ("bad_input",)),
+        "insert with an unaligned prev_prefix_len": ("_unaligned_prev", ("bad_input",)),
+        "insert with an unaligned swa_evicted_seqlen": ("_unaligned_evicted", ("bad_input",)),
     }
 
     invariant_names = (
@@ -118,7 +119,7 @@ class SwaRules(ConformanceMachine):
             swa_evicted_seqlen=swa_evicted_seqlen,
         )
         with self.checking("insert"):
-            self.next_index = max(self.next_index, max(indices, default=-1) + 1)
+            self.hand_out(indices)
             own_swa_gone = indices[prev_prefix_len:swa_evicted_seqlen]
             self.release("free_swa", own_swa_gone, by="caller")
             seen = len(self.events)
@@ -160,7 +161,9 @@ class SwaRules(ConformanceMachine):
             events: list[FreeEvent] = [(k, g) for k, g in self.events[seen:] if k != "slot"]
             step["observed"] = {"events": [[k, list(g)] for k, g in events]}
             with self.checking("evict: victims"):  # each free, in order, was admissible
-                outcome = self.model.apply_free_events(num_tokens, swa_num_tokens, events, locked)
+                outcome = self.model.apply_free_events(
+                    num_tokens, swa_num_tokens, events, locked, self.waive
+                )
             self.check_where_eviction_stopped(num_tokens, swa_num_tokens, outcome, locked)
             counts = (outcome.full_evicted, outcome.swa_evicted)
             self.check = "evict: reported counts"
@@ -267,8 +270,16 @@ class SwaRules(ConformanceMachine):
             dead: set[int] = set()
             for ix, tomb in self.sut.swa_pages().values():
                 (dead if tomb else live).update(ix)
-            self.require(not (live | dead) & self.freed, "INV-24: a cached index was freed")
-            self.require(not live & self.swa_freed, "INV-24: a live page's SWA KV was freed")
-            self.require(dead <= self.swa_freed, "INV-24: a tombstone's SWA KV is still held")
-            leaked = set(range(self.next_index)) - live - dead - self.freed
-            self.require(not leaked, f"INV-24: indices leaked: {sorted(leaked)}")
+            self.require(
+                not (live | dead) & self.freed, "INV-24: a cached index was freed", "cached-freed"
+            )
+            self.require(
+                not live & self.swa_freed,
+                "INV-24: a live page's SWA KV was freed",
+                "live-swa-freed",
+            )
+            self.require(
+                dead <= self.swa_freed, "INV-24: a tombstone's SWA KV is still held", "swa-leak"
+            )
+            leaked = self.given - live - dead - self.freed
+            self.require(not leaked, f"INV-24: indices leaked: {sorted(leaked)}", "leak")
