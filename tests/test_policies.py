@@ -178,12 +178,32 @@ UNLOCK_THEN_EVICT = _trace(
 )
 
 
-def test_recency_on_unlock_is_read() -> None:
+def test_a_refresh_on_unlock_is_read() -> None:
     """radixkv does not refresh on unlock: it evicts (1,) first, which a profile that
     refreshes on unlock (MAX) does not admit."""
     assert replay(UNLOCK_THEN_EVICT, radix_cache, RADIXKV).passed
-    refreshed = replay(UNLOCK_THEN_EVICT, radix_cache, RADIXKV.but(recency_on_unlock=True))
+    on_unlock = RADIXKV.but(refresh_on=frozenset({"insert", "match", "unlock"}))
+    refreshed = replay(UNLOCK_THEN_EVICT, radix_cache, on_unlock)
     assert refreshed.finding == "INV-11:evict-victim-order", refreshed
+
+
+MATCH_THEN_EVICT = _trace(
+    {"op": "insert", "tokens": [1], "namespace": None, "indices": [0]},
+    {"op": "insert", "tokens": [2], "namespace": None, "indices": [1]},
+    {"op": "match", "tokens": [1], "namespace": None},
+    {"op": "evict", "num_tokens": 1},
+)
+
+
+def test_a_profile_whose_lookups_leave_recency_alone() -> None:
+    """vLLM and MAX refresh nothing on a lookup: after the match of (1,), (1,) is still the
+    least recent and must go first, which radixkv (refreshing on match) does not do."""
+    assert replay(MATCH_THEN_EVICT, radix_cache, RADIXKV).passed
+    no_lookup_refresh = RADIXKV.but(refresh_on=frozenset({"insert", "unlock"}))
+    result = replay(MATCH_THEN_EVICT, radix_cache, no_lookup_refresh)
+    assert result.finding == "INV-11:evict-victim-order", result
+    with pytest.raises(ValueError, match="refresh_on"):
+        RADIXKV.but(refresh_on=frozenset({"match"}))
 
 
 def test_a_cache_that_stores_nothing_passes_only_as_such() -> None:
@@ -268,7 +288,7 @@ def test_page_sizes_and_windows_are_what_the_cache_is_built_with() -> None:
 def test_every_policy_is_described_in_the_report() -> None:
     fields = {f.name for f in dataclasses.fields(Profile)}
     described = {line.split("=")[0] for line in describe(RADIXKV)}
-    search_space = {"name", "page_sizes", "windows", "notes"}
+    search_space = {"name", "page_sizes", "windows", "bad_tokens", "notes"}
     assert described | search_space == fields
     report = _check(
         radix_cache, RADIXKV.but(notes="a note"), settings=settings(RUN, max_examples=2)

@@ -230,16 +230,21 @@ class PrefixCacheModel:
 
     # -------------------------------------------------------------- operations
 
-    def match(self, extra_key: Namespace, tokens: Sequence[Token]) -> tuple[int, ...]:
+    def match(
+        self, extra_key: Namespace, tokens: Sequence[Token], refresh: bool = True
+    ) -> tuple[int, ...]:
         """The KV indices of the longest cached page-aligned prefix of ``tokens``.
 
-        Takes one tick and stamps every position of the matched path with it. Raises
-        ``TypeError`` / ``ValueError`` (before any change) for a bad key.
+        Takes one tick and stamps every position of the matched path with it, unless
+        ``refresh`` is False (an engine whose lookups leave recency alone: vLLM, MAX).
+        Raises ``TypeError`` / ``ValueError`` (before any change) for a bad key.
         """
         ns = validate_namespace(extra_key)
         key = aligned(validate_tokens(tokens), self.page_size)
         path = key[: cached_len(self.table(ns), key, self.page_size)]
-        self._touch(ns, path, self._tick())
+        tick = self._tick()
+        if refresh:
+            self._touch(ns, path, tick)
         for q in page_prefixes(path, self.page_size):
             self.hits[(ns, q)] += 1
         return self.indices_of(ns, path)

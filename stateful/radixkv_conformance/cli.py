@@ -3,6 +3,7 @@
     radixkv check                                   # radixkv's own caches, every mode
     radixkv check MODULE:FACTORY [--profile P]      # another implementation
     radixkv check MODULE:FACTORY --known ID ...     # acknowledge findings, search on past them
+    radixkv check MODULE:FACTORY --option K=V ...   # factory(page_size, host, K="V", ...)
     radixkv check --replay TRACE.json [MODULE:FACTORY] [--profile P] [--minimize OUT]
     radixkv check --exhaustive N [MODULE:FACTORY]   # every sequence up to N steps
     radixkv replay [--cache radixkv|sglang] [--requests N] [--page-size P] [--plot FILE]
@@ -13,7 +14,8 @@ is read too, its former name); else, for a replay, the profile the trace names; 
 radixkv's. The adapter's capabilities come from the adapter itself. How long to search is
 the Hypothesis settings profile: ``--hypothesis-profile ci|dev|thorough`` (default
 ``HYPOTHESIS_PROFILE``, else ci) or ``--thorough``; ``--profile ci|dev|thorough`` means the
-same. Exit status 0 only when everything held.
+same. ``MODULE`` is looked up from the current folder first, as ``python -m`` does, so an
+adapter next to you needs no ``PYTHONPATH``. Exit status 0 only when everything held.
 """
 
 from __future__ import annotations
@@ -27,25 +29,16 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from radixkv_conformance.targets import OWN, REPLAY_DEFAULT, load
+
 SETTINGS_PROFILES = ("ci", "dev", "thorough")
-OWN_MODULE = "radixkv_conformance.adapters"
-OWN = (  # what ``radixkv check`` with no argument checks: (label, MODULE:FACTORY)
-    ("RadixCache", f"{OWN_MODULE}.radixkv:radix_cache"),
-    ("RadixCache (SWA)", f"{OWN_MODULE}.radixkv:sliding_window"),
-    ("MambaRadixCache", f"{OWN_MODULE}.radixkv:mamba"),
-    ("ChunkCache", f"{OWN_MODULE}.chunk:factory"),
-    ("RadixTrie", f"{OWN_MODULE}.max_trie:factory"),
-)
-REPLAY_DEFAULT = {  # the radixkv cache a trace of each mode replays against by default
-    "plain": f"{OWN_MODULE}.radixkv:radix_cache",
-    "swa": f"{OWN_MODULE}.radixkv:sliding_window",
-    "mamba": f"{OWN_MODULE}.radixkv:mamba",
-}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
+    if os.getcwd() not in sys.path:  # an adapter in the current folder, as `python -m` finds it
+        sys.path.insert(0, os.getcwd())
     if args.command == "replay":
         from radixkv.driver import replay
 
@@ -60,8 +53,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if importlib.util.find_spec("hypothesis") is None:  # the cache alone does not need it
         parser.error("`radixkv check` needs the kit's extra: pip install 'radixkv[kit]'")
     try:
+        args.option = _options(args.option)
         if args.replay is not None:
-            return _replay(args.replay, args.target, profile_name, args.known, args.minimize)
+            return _replay(args.replay, args.target, profile_name, args)
         targets = [(args.target, args.target)] if args.target else list(OWN)
         if args.exhaustive is not None:
             return _exhaustive(args.target, profile_name, args)
@@ -98,7 +92,17 @@ def _parser() -> argparse.ArgumentParser:
         help="acknowledge a finding (e.g. INV-14:unmatched-unlock): record hits, go on past it",
     )
     check.add_argument(
-        "--traces", type=Path, default=Path("conformance-traces"), help="where findings go"
+        "--option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a keyword for the factory, as a string: factory(page_size, host, KEY=VALUE)",
+    )
+    check.add_argument(
+        "--traces",
+        type=Path,
+        default=Path("conformance-traces"),
+        help="where findings go (default: %(default)s)",
     )
     check.add_argument(
         "--max-failures", type=int, default=32, help="distinct findings to collect (default 32)"
@@ -118,19 +122,14 @@ def _sglang_adapter() -> Any:
     return importlib.import_module("radixkv_conformance.adapters.sglang")
 
 
-def _load(target: str) -> tuple[Any, Any]:
-    """The factory named ``MODULE:ATTR`` and the profile its module declares for it."""
-    module_name, _, attr = target.partition(":")
-    if not attr:
-        raise LookupError(f"expected MODULE:FACTORY, got {target!r}")
-    module = importlib.import_module(module_name)
-    if not hasattr(module, attr):
-        raise LookupError(f"{module_name} has no {attr!r}")
-    per_factory = getattr(module, "PROFILES", None)
-    declared = per_factory.get(attr) if isinstance(per_factory, dict) else None
-    if declared is None:
-        declared = getattr(module, "PROFILE", None) or getattr(module, "SEMANTICS", None)
-    return getattr(module, attr), declared
+def _options(pairs: Sequence[str]) -> dict[str, str]:
+    options: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.isidentifier():
+            raise LookupError(f"--option {pair!r}: expected KEY=VALUE, KEY a Python name")
+        options[key] = value
+    return options
 
 
 def _named_profile(name: str) -> Any:
@@ -166,7 +165,7 @@ def _check(targets: list[tuple[str, str]], profile_name: str | None, args: Any) 
     print(f"radixkv check: Hypothesis settings profile {settings_name!r}")
     failed: list[str] = []
     for label, target in targets:
-        factory, declared = _load(target)
+        factory, declared = load(target, args.option)
         profile = _profile(profile_name, declared)
         with Progress(label) as progress:
             report = run_conformance(
@@ -193,22 +192,22 @@ def _exhaustive(target: str | None, profile_name: str | None, args: Any) -> int:
 
     explored = exhaustive.own_targets(args.known)
     if target is not None:
-        factory, declared = _load(target)
+        factory, declared = load(target, args.option)
         profile = _profile(profile_name, declared)
         explored = [exhaustive.target(target, factory, profile, args.known)]
     return exhaustive.command(explored, args.exhaustive, args.traces)
 
 
-def _replay(
-    path: Path, target: str | None, profile_name: str | None, known: list[str], out: Path | None
-) -> int:
+def _replay(path: Path, target: str | None, profile_name: str | None, args: Any) -> int:
     from radixkv_conformance.minimize import minimize
     from radixkv_conformance.profile import PROFILES
-    from radixkv_conformance.trace import load, replay, write
+    from radixkv_conformance.trace import load as load_trace
+    from radixkv_conformance.trace import replay, write
 
-    document = load(path)
+    known, out = args.known, args.minimize
+    document = load_trace(path)
     target = target or REPLAY_DEFAULT[document.get("mode", "plain")]
-    factory, declared = _load(target)
+    factory, declared = load(target, args.option)
     profile = _profile(profile_name, declared, PROFILES.get(document["semantics"]))
     result = replay(document, factory, profile, known or None)  # default: the trace's
     recorded = document.get("failure") or {}

@@ -771,12 +771,12 @@ def own_targets(known: Iterable[str] = ()) -> list[Target]:
     """radixkv's own caches, as ``radixkv check`` runs them: RadixCache, its SWA mode,
     MambaRadixCache, ChunkCache, RadixTrie. radixkv's caches take any page size, so each
     is explored at page sizes 1 and 2 even where the random search's profile draws others."""
-    from radixkv_conformance.cli import OWN, _load
     from radixkv_conformance.profile import RADIXKV
+    from radixkv_conformance.targets import OWN, load
 
     out = []
     for label, name in OWN:
-        factory, declared = _load(name)
+        factory, declared = load(name)
         profile = declared or RADIXKV
         if name.startswith("radixkv_conformance.adapters.radixkv:"):
             profile = replace(profile, page_sizes=(1, 2))

@@ -74,12 +74,8 @@ from radixkv_conformance.protocol import (
 
 Step = dict[str, Any]
 
-NAMESPACE_VALUES: Sequence[Namespace] = (None, "", "a")
-BAD_TOKENS: Sequence[object] = (-1, -(2**40), 2**63, "7", 1.5, None)
 BAD_NAMESPACES: Sequence[object] = (5, b"a", 1.5, ("a",))
 TOKEN_ALPHABET = st.integers(0, 3)  # a small alphabet makes keys share pages
-NAMESPACES = st.sampled_from(NAMESPACE_VALUES)
-BAD_TOKEN = st.sampled_from(BAD_TOKENS)
 EVICT_ALL = 1 << 20
 """An eviction target above any run's cache: memory pressure that takes every unlocked
 leaf, so a victim the cache should have kept (a locked one) is reached however the cache
@@ -274,6 +270,8 @@ class ConformanceMachine(RuleBasedStateMachine):
         self.freed_slots: set[int] = set()
         self.keys_seen: list[tuple[int, ...]] = [()]
         self.cached_refs: list[NodeRef] = []  # handles below the root, for lock
+        self.hash_of: dict[tuple[Namespace, tuple[int, ...]], object] = {}  # opaque hashes
+        self.page_of: dict[object, tuple[Namespace, tuple[int, ...]]] = {}
         self.resets = 0
         self.unlock_by_token = True
         self.model: Any = self.new_model()
@@ -448,7 +446,10 @@ class ConformanceMachine(RuleBasedStateMachine):
         base = self.keys_seen[data.draw(up_to(len(self.keys_seen) - 1), label="base")]
         cut = data.draw(up_to(len(base)), label="cut")
         tail = data.draw(tails(3 * self.page_size), label="tail")
-        return base[:cut] + tuple(tail)
+        key = base[:cut] + tuple(tail)
+        if not self.profile.empty_keys and len(key) < self.page_size:
+            key += (0,) * (self.page_size - len(key))  # at least a page: the engine refuses less
+        return key
 
     def draw_inserted_key(self, data: st.DataObject) -> tuple[int, ...]:
         """A key exactly as inserted before (so a match of it ends at a leaf, often)."""
@@ -457,7 +458,8 @@ class ConformanceMachine(RuleBasedStateMachine):
     def draw_namespace(self, data: st.DataObject) -> Namespace:
         if not self.has("namespaces"):
             return None
-        return data.draw(NAMESPACES, label="namespace")
+        namespace: Namespace = data.draw(one_of(self.profile.namespaces), label="namespace")
+        return namespace
 
     # ---- steps ---------------------------------------------------------------------------
 
@@ -575,7 +577,7 @@ class ConformanceMachine(RuleBasedStateMachine):
             self.sut.unlock(ref.handle, token)
             if ref.prefix:
                 self.model.unlock(ref.namespace, ref.prefix)
-                if self.profile.recency_on_unlock:
+                if "unlock" in self.profile.refresh_on:
                     self.refresh_after_unlock(ref)
             self.count("unlock")
 
@@ -604,6 +606,11 @@ class ConformanceMachine(RuleBasedStateMachine):
 
     def do_reset(self) -> None:
         step = self.log("reset")
+        if self.profile.reset_while_held == "refused" and self.model.protected_size():
+            step["expect"] = {"rejected": True}  # the engine refuses while pages are held
+            with self.checking("reset while held"):
+                self.expect_rejected(self.sut.reset, "reset while held")
+            return
         with self.checking("reset"):
             seen = len(self.events)
             cached, slots = self.reset_model()
@@ -640,6 +647,10 @@ class ConformanceMachine(RuleBasedStateMachine):
         if self.is_stale(ref) or not ref.prefix:
             return
         step = self.log("page_hashes", node=ref.step)
+        if self.profile.page_hashes == "opaque":
+            with self.checking("page_hashes: opaque"):
+                self.check_opaque_hashes(ref, self.sut.page_hashes(ref.handle))
+            return
         with self.checking("page_hashes"):
             expected = spec_page_hashes(ref.namespace, ref.prefix, self.page_size)
             step["expect"] = {"hashes": expected}
@@ -650,6 +661,26 @@ class ConformanceMachine(RuleBasedStateMachine):
                 got == expected, f"INV-9: page hashes of {ref.prefix} differ from the spec"
             )
             self.count("page_hashes")
+
+    def check_opaque_hashes(self, ref: NodeRef, got: object) -> None:
+        """An engine's own page hashes (profile ``page_hashes="opaque"``): one per page, the
+        same for one namespace and root path in every call, different for different ones,
+        so a page's hash depends on its parents (a chain) and its namespace (INV-9)."""
+        p, prefix = self.page_size, ref.prefix
+        pages = [(ref.namespace, prefix[:end]) for end in range(p, len(prefix) + 1, p)]
+        if not isinstance(got, list) or len(got) != len(pages):
+            self.require(False, f"INV-9: {len(pages)} pages, hashes {got!r}", "count")
+            return
+        for page, value in zip(pages, got, strict=True):
+            seen = self.hash_of.setdefault(page, value)
+            self.require(
+                seen == value, f"INV-9: page {page!r} hashed {seen!r}, now {value!r}", "unstable"
+            )
+            owner = self.page_of.setdefault(value, page)
+            self.require(
+                owner == page, f"INV-9: pages {owner!r} and {page!r} share {value!r}", "shared"
+            )
+        self.count("page_hashes")
 
     def page_hash_mistake(self, ref: NodeRef, got: object) -> str:
         """Which rule wrong hashes break: ``namespace`` ignored, or ``path`` (some page
@@ -746,11 +777,11 @@ class ConformanceMachine(RuleBasedStateMachine):
     def _bad_token_insert(self, data: st.DataObject, ns: Namespace) -> Step:
         tokens = self.draw_tokens(data)
         at = data.draw(up_to(len(tokens)), label="at")
-        key = [*tokens[:at], data.draw(BAD_TOKEN, label="bad"), *tokens[at:]]
+        key = [*tokens[:at], data.draw(one_of(self.profile.bad_tokens), label="bad"), *tokens[at:]]
         return self.insert_call(key, ns, list(range(len(key))))  # never adopted
 
     def _bad_token_match(self, data: st.DataObject, ns: Namespace) -> Step:
-        key = [*self.draw_tokens(data), data.draw(BAD_TOKEN, label="bad")]
+        key = [*self.draw_tokens(data), data.draw(one_of(self.profile.bad_tokens), label="bad")]
         return {"op": "match", "tokens": key, "namespace": ns}
 
     def _bad_namespace_insert(self, data: st.DataObject, _: Namespace) -> Step:
@@ -846,7 +877,8 @@ class PlainRules(ConformanceMachine):
             got = as_matched(self.sut.match(tokens, namespace))
             self.scribble_caller_buffers()
             stores = self.profile.stores
-            expected = self.model.match(namespace, tokens) if stores else ()
+            refresh = "match" in self.profile.refresh_on
+            expected = self.model.match(namespace, tokens, refresh) if stores else ()
             step["expect"] = {"indices": list(expected)}
             self.require(
                 tuple(got.indices) == expected,
@@ -905,6 +937,8 @@ class PlainRules(ConformanceMachine):
             reported = self.call_evict(step).full
             groups = [g for kind, g in self.events[seen:] if kind == "free"]
             step["observed"] = {"freed": [list(g) for g in groups]}
+            if self.profile.eviction_report == "flat":
+                groups = self.regroup([i for g in groups for i in g])
             self.model.apply_eviction(num_tokens, groups, self.waive)
             freed = sum(len(g) for g in groups)
             # Each its own finding: a miscount must not hide a wrong victim, nor the reverse.
@@ -918,6 +952,28 @@ class PlainRules(ConformanceMachine):
                 )
             self.count("evict")
             self.session.stats["evicted tokens"] += freed
+
+    def regroup(self, flat: list[int]) -> list[tuple[int, ...]]:
+        """A flat eviction report (profile ``eviction_report="flat"``) as one group per page,
+        in an order that deletes a leaf each time, the least recent leaf first: the order a
+        per-node report would give if the eviction was admissible. Indices the model does not
+        cache, and pages that never become leaves, stay at the end for the model to refuse."""
+        m, p = self.model, self.page_size
+        owner = {i: (ns, path) for ns, path in m.positions() for i in m.pages[ns][path]}
+        left = {owner[i] for i in flat if i in owner}
+        cached = set(m.positions())
+        ordered: list[tuple[int, ...]] = []
+        while left:
+            leaves = [q for q in left if not any(c in cached for c in _children(q, cached, p))]
+            if not leaves:
+                break
+            page = min(leaves, key=lambda q: (m.recency[q], len(q[1])))
+            ordered.append(m.pages[page[0]][page[1]])
+            left.discard(page)
+            cached.discard(page)
+        stuck = [m.pages[ns][path] for ns, path in left]  # never a leaf: not one path
+        unknown = [(i,) for i in flat if i not in owner]
+        return ordered + stuck + unknown
 
     # ---- rules ---------------------------------------------------------------------------
 
@@ -1003,6 +1059,18 @@ class PlainRules(ConformanceMachine):
             )
 
 
+def _children(
+    page: tuple[Namespace, tuple[int, ...]], cached: set[Any], page_size: int
+) -> list[Any]:
+    """The cached pages right below ``page``."""
+    ns, path = page
+    return [
+        q
+        for q in cached
+        if q[0] == ns and len(q[1]) == len(path) + page_size and q[1][: len(path)] == path
+    ]
+
+
 def rule_set(capabilities: frozenset[str]) -> type[ConformanceMachine]:
     """The rule set of an adapter's mode: SWA, Mamba, or plain.
 
@@ -1082,5 +1150,11 @@ def machine_for(
     front). Distinct names keep Hypothesis' example databases apart.
     """
     claims = probe_capabilities(factory, profile) if capabilities is None else capabilities
+    rules = rule_set(claims)
+    if rules.mode != "plain" and "match" not in profile.refresh_on:
+        raise AdapterError(
+            f"the {rules.mode} rule set's model refreshes recency on every match; profile "
+            f"{profile.name!r} does not (refresh_on={sorted(profile.refresh_on)})"
+        )
     session = Session(factory, profile, claims, known, progress=progress, name=name)
-    return type(name, (rule_set(claims),), {"session": session})
+    return type(name, (rules,), {"session": session})

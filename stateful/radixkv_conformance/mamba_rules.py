@@ -61,9 +61,6 @@ class MambaRules(ConformanceMachine):
             return "lock of a node without a state"
         return None
 
-    def refresh_after_unlock(self, ref: NodeRef) -> None:
-        self.model.match(ref.namespace, ref.prefix)
-
     def state_copied(self, src: int, dst: int) -> None:
         # INV-33: the copy's destination is the request's, never a slot the tree holds
         self.require(

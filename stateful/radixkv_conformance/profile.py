@@ -33,8 +33,12 @@ from radixkv_spec.policies import (
     MambaMatchPolicy,
     VictimOrder,
 )
+from radixkv_spec.tokens import Namespace
 
 Duplicates = Literal["caller", "cache", "kept"]
+ResetWhileHeld = Literal["resets", "refused"]
+EvictionReport = Literal["per-node", "flat"]
+REFRESHES = frozenset({"insert", "match", "unlock"})
 LockModel = Literal["counts", "sets"]
 SwaLockTokens = Literal["exact", "optional"]
 
@@ -70,7 +74,10 @@ class Profile:
             ``False``: the caller reclaims them itself (sglang drops the tree).
         lock_model: ``"counts"`` (a counter per node; every unlock answers one lock) or
             ``"sets"`` (MAX: per-sequence sets; each lock is a fresh sequence id).
-        recency_on_unlock: an unlock also refreshes the unlocked path (MAX).
+        refresh_on: the operations that refresh the recency of the path they touch:
+            ``insert`` always; ``match`` (radixkv, sglang: every lookup); ``unlock`` (MAX,
+            vLLM: a release refreshes what the request held). vLLM's and MAX's own caches
+            never refresh on a lookup: ``frozenset({"insert", "unlock"})``.
         stores: ``False`` for a cache that never shares (ChunkCache): it must match
             nothing, adopt nothing and free nothing.
         match_may_split: match returns a handle ending exactly at the match (it may split
@@ -86,6 +93,23 @@ class Profile:
         windows: the sliding windows the SWA rules draw from.
         event_hashes: ``"radixkv"``: KV events carry SPEC.md §9's page hashes (checked);
             ``"opaque"``: the engine's own hashes, checked as names only.
+        page_hashes: the same choice for capability ``hashing``: ``"radixkv"`` (each hash is
+            the spec's) or ``"opaque"`` (the engine's own: checked for consistency only: one
+            page path, one hash, in every call; different paths, different hashes).
+        reset_while_held: ``"resets"`` (reset drops everything, held pages included) or
+            ``"refused"`` (vLLM: a reset while any page is locked is a usage error that
+            changes nothing; with nothing held it resets).
+        eviction_report: ``"per-node"``: an eviction frees one group per deleted node, in
+            deletion order (each group the node's pages root to leaf); ``"flat"`` (MAX's
+            ``evict_blocks``): one list of every freed index; the kit regroups it by page
+            into an order the victim order admits, if there is one.
+        namespaces: the namespaces the machine draws (``namespaces`` capability); vLLM and
+            Dynamo treat ``""`` as no namespace, so their profiles leave it out.
+        bad_tokens: the token values an adapter with ``bad_input`` must refuse (by default
+            negative, too large, and non-int ids; MAX's trie takes any hashable token).
+        empty_keys: the machine draws keys shorter than a page (they cache nothing); an
+            engine that refuses them (MAX before 2025-02-20) sets False, so a refusal it
+            has acknowledged does not end every run.
         notes: free text shown in the report (documented deviations).
     """
 
@@ -95,7 +119,7 @@ class Profile:
     duplicates: Duplicates = "caller"
     reset_frees: bool = True
     lock_model: LockModel = "counts"
-    recency_on_unlock: bool = False
+    refresh_on: frozenset[str] = frozenset({"insert", "match"})
     stores: bool = True
     match_may_split: bool = True
     mamba_match: MambaMatchPolicy = DEEPEST_STATE
@@ -104,6 +128,12 @@ class Profile:
     page_sizes: tuple[int, ...] = (1, 2, 4, 16)
     windows: tuple[int, ...] = (1, 2, 4, 8)
     event_hashes: HashPolicy = "radixkv"
+    page_hashes: HashPolicy = "radixkv"
+    reset_while_held: ResetWhileHeld = "resets"
+    eviction_report: EvictionReport = "per-node"
+    namespaces: tuple[Namespace, ...] = (None, "", "a")
+    bad_tokens: tuple[object, ...] = (-1, -(2**40), 2**63, "7", 1.5, None)
+    empty_keys: bool = True
     notes: str = ""
 
     def __post_init__(self) -> None:
@@ -117,8 +147,24 @@ class Profile:
             raise ValueError(f"lock_model must be counts or sets: {self.lock_model!r}")
         if self.swa_lock_tokens not in ("exact", "optional"):
             raise ValueError(f"swa_lock_tokens must be exact or optional: {self.swa_lock_tokens!r}")
-        if self.event_hashes not in ("radixkv", "opaque"):
-            raise ValueError(f"event_hashes must be radixkv or opaque: {self.event_hashes!r}")
+        if "insert" not in self.refresh_on or not self.refresh_on <= REFRESHES:
+            raise ValueError(f"refresh_on must hold insert, within {sorted(REFRESHES)}")
+        for field, value in (
+            ("event_hashes", self.event_hashes),
+            ("page_hashes", self.page_hashes),
+        ):
+            if value not in ("radixkv", "opaque"):
+                raise ValueError(f"{field} must be radixkv or opaque: {value!r}")
+        if self.reset_while_held not in ("resets", "refused"):
+            raise ValueError(
+                f"reset_while_held must be resets or refused: {self.reset_while_held!r}"
+            )
+        if self.eviction_report not in ("per-node", "flat"):
+            raise ValueError(f"eviction_report must be per-node or flat: {self.eviction_report!r}")
+        if not self.bad_tokens:
+            raise ValueError("bad_tokens must name at least one token the engine refuses")
+        if not self.namespaces or not all(n is None or isinstance(n, str) for n in self.namespaces):
+            raise ValueError(f"namespaces must be str or None, at least one: {self.namespaces!r}")
 
     def but(self, **changes: object) -> Profile:
         """The same profile with some policies changed."""
@@ -150,7 +196,7 @@ MAX_RADIX_TRIE = Profile(
     duplicates="kept",
     eviction=TAIL_PAGES,
     lock_model="sets",
-    recency_on_unlock=True,
+    refresh_on=REFRESHES,
     notes=(
         "MAX RadixTrie: one block per page, blocks kept on overlap, per-sequence locks, "
         "tail-trimming evict_blocks, recency refreshed on release too. A trimmed node stays "
@@ -220,8 +266,13 @@ def describe(profile: Profile) -> list[str]:
         f"mamba_match={profile.mamba_match.name}",
         f"swa_lock_tokens={profile.swa_lock_tokens}",
         f"swa_insert_args={profile.swa_insert_args}",
-        f"recency_on_unlock={profile.recency_on_unlock}",
+        f"refresh_on={','.join(sorted(profile.refresh_on))}",
         f"stores={profile.stores}",
         f"match_may_split={profile.match_may_split}",
         f"event_hashes={profile.event_hashes}",
+        f"page_hashes={profile.page_hashes}",
+        f"reset_while_held={profile.reset_while_held}",
+        f"eviction_report={profile.eviction_report}",
+        f"namespaces={','.join(map(repr, profile.namespaces))}",
+        f"empty_keys={profile.empty_keys}",
     ]

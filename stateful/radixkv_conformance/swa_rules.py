@@ -63,9 +63,6 @@ class SwaRules(ConformanceMachine):
             return "lock of a tombstone"
         return None
 
-    def refresh_after_unlock(self, ref: NodeRef) -> None:
-        self.model.match(ref.namespace, ref.prefix)
-
     def call_insert(self, step: Step) -> Any:
         tokens, ns, indices = tuple(step["tokens"]), step["namespace"], tuple(step["indices"])
         prev, evicted = step.get("prev_prefix_len", 0), step.get("swa_evicted_seqlen", 0)

@@ -4,23 +4,70 @@ check that it never passes a broken cache, and the worked example of docs/adapte
 ``PageMapCache`` is what an engine developer might write in an afternoon: a dict from
 (namespace, page path) to KV indices, lock counts per page, a logical clock per page, and
 eviction of the least recently used unlocked leaf page. It knows nothing of radixkv.
-``bugs`` plants any of ``BUGS`` in it; the factories below plant none (``factory``) or the
-pairs the kit must report as separate findings, each with its own trace, where
-acknowledging one (``--known``) never hides the other::
+``bugs`` plants any of ``BUGS`` in it, e.g. pairs the kit must report as separate findings,
+each with its own trace, where acknowledging one (``--known``) never hides the other::
 
     radixkv check radixkv_conformance.adapters.planted:factory --option bugs=locked,order
+
+``shape`` gives it the legitimate habits of another engine, which a profile names
+(``SHAPES``): ``vllm`` (lookups leave recency alone, a release refreshes it, reset is
+refused while anything is held, its own page hashes, ``""`` is no namespace) and ``max``
+(one flat list of evicted indices per call, a release refreshes recency)::
+
+    radixkv check radixkv_conformance.adapters.planted:vllm_shaped
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections import Counter
 from collections.abc import Callable, Hashable
+from dataclasses import dataclass
 from typing import Any
 
 from radixkv_conformance.profile import RADIXKV
 from radixkv_conformance.protocol import Host, Indices, Sizes
 
 PROFILE = RADIXKV
+
+
+@dataclass(frozen=True)
+class Shape:
+    """Habits of an engine that are not bugs: the profile of the same name admits them."""
+
+    refresh_on_match: bool = True
+    refresh_on_unlock: bool = False
+    reset_refused_while_held: bool = False
+    flat_evictions: bool = False
+    own_hashes: bool = False
+
+
+SHAPES = {
+    "": Shape(),
+    "vllm": Shape(
+        refresh_on_match=False,
+        refresh_on_unlock=True,
+        reset_refused_while_held=True,
+        own_hashes=True,
+    ),
+    "max": Shape(refresh_on_unlock=True, flat_evictions=True),
+}
+PROFILES = {
+    "vllm_shaped": RADIXKV.but(
+        name="planted-vllm",
+        refresh_on=frozenset({"insert", "unlock"}),
+        reset_while_held="refused",
+        page_hashes="opaque",
+        namespaces=(None, "a"),
+        notes="vLLM's habits: no refresh on lookup, reset refused while held, own hashes.",
+    ),
+    "max_shaped": RADIXKV.but(
+        name="planted-max",
+        refresh_on=frozenset({"insert", "match", "unlock"}),
+        eviction_report="flat",
+        notes="MAX's habits: a flat list of evicted indices, a release refreshes recency.",
+    ),
+}
 
 BUGS = {
     "locked": "eviction may take a locked page (a running request's KV is freed)",
@@ -37,10 +84,17 @@ Page = tuple[str | None, tuple[int, ...]]  # (namespace, the page path ending wi
 class PageMapCache:
     """A prefix cache over whole pages; ``free`` receives every index it lets go."""
 
-    def __init__(self, page_size: int, free: Callable[[Indices], None], bugs: frozenset[str]):
+    def __init__(
+        self,
+        page_size: int,
+        free: Callable[[Indices], None],
+        bugs: frozenset[str],
+        shape: Shape = SHAPES[""],
+    ) -> None:
         self.page_size = page_size
         self.free = free
         self.bugs = bugs
+        self.shape = shape
         self.pages: dict[Page, Indices] = {}
         self.locks: dict[Page, int] = {}  # page -> locks on it or below it
         self.held: Counter[Page] = Counter()  # page -> locks taken at exactly that page
@@ -62,7 +116,8 @@ class PageMapCache:
             if page not in self.pages:
                 break
             hit.append(page)
-        self._touch(hit)
+        if self.shape.refresh_on_match:
+            self._touch(hit)
         indices = tuple(i for page in hit for i in self.pages[page])
         return indices, hit[-1] if hit else (ns, ())
 
@@ -90,8 +145,18 @@ class PageMapCache:
         if self.held[page] == 0:  # a lock taken below this page is not this one's
             raise ValueError(f"unlock of {page!r}, which no lock holds")
         self.held[page] -= 1
-        for q in self._path_pages(page[0], page[1]):
+        path = self._path_pages(page[0], page[1])
+        for q in path:
             self.locks[q] -= 1
+        if self.shape.refresh_on_unlock:
+            self._touch(path)
+
+    def page_hashes(self, page: Page) -> list[str]:
+        """This cache's own page ids: a digest of the namespace and the whole root path."""
+        return [
+            hashlib.blake2b(repr(q).encode(), digest_size=8).hexdigest()
+            for q in self._path_pages(page[0], page[1])
+        ]
 
     def _is_leaf(self, page: Page) -> bool:
         ns, path = page
@@ -108,17 +173,24 @@ class PageMapCache:
 
     def evict(self, num_tokens: int) -> int:
         target = num_tokens - self.page_size if "short" in self.bugs else num_tokens
-        freed = deleted = 0
-        while freed < target and (victim := self._victim()) is not None:
-            deleted += 1
+        freed: list[int] = []
+        while len(freed) < target and (victim := self._victim()) is not None:
             if "crash_evict" in self.bugs:
-                assert deleted == 1, "evicting more than one page per call"
-            self.free(self.pages.pop(victim))
-            del self.locks[victim], self.used[victim]
-            freed += self.page_size
-        return freed + 1 if "count" in self.bugs and freed else freed
+                assert not freed, "evicting more than one page per call"
+            indices = self.pages.pop(victim)
+            del self.locks[victim], self.used[victim], self.held[victim]
+            if self.shape.flat_evictions:
+                freed += indices
+            else:
+                self.free(indices)
+                freed += indices
+        if self.shape.flat_evictions and freed:
+            self.free(tuple(freed))
+        return len(freed) + 1 if "count" in self.bugs and freed else len(freed)
 
     def reset(self) -> None:
+        if self.shape.reset_refused_while_held and any(self.locks.values()):
+            raise ValueError("reset while pages are held")
         for indices in self.pages.values():
             self.free(indices)
         self.pages.clear()
@@ -133,9 +205,14 @@ class PageMapAdapter:
     capabilities = frozenset({"namespaces", "unlock_checks", "reset"})
     usage_errors: tuple[type[BaseException], ...] = (ValueError,)
 
-    def __init__(self, page_size: int, host: Host, bugs: frozenset[str]) -> None:
+    def __init__(self, page_size: int, host: Host, bugs: frozenset[str], shape: Shape) -> None:
         self.page_size = page_size
-        self.cache = PageMapCache(page_size, host.free, bugs)
+        self.cache = PageMapCache(page_size, host.free, bugs, shape)
+        if shape.own_hashes:
+            self.capabilities = self.capabilities | {"hashing"}
+
+    def page_hashes(self, handle: Page) -> list[str]:
+        return self.cache.page_hashes(handle)
 
     def match(self, tokens: tuple[int, ...], namespace: str | None) -> tuple[Indices, Page]:
         return self.cache.match(tokens, namespace)
@@ -177,10 +254,23 @@ class PageMapAdapter:
         """``PageMapCache`` has no check of its own."""
 
 
-def factory(page_size: int, host: Host, bugs: str = "") -> PageMapAdapter:
-    """The cache with the bugs named in ``bugs`` (comma-separated names of ``BUGS``)."""
+def factory(page_size: int, host: Host, bugs: str = "", shape: str = "") -> PageMapAdapter:
+    """The cache with the bugs named in ``bugs`` (comma-separated names of ``BUGS``) and the
+    habits of ``shape`` (a name in ``SHAPES``)."""
     planted = frozenset(b for b in bugs.split(",") if b)
     unknown = planted - set(BUGS)
     if unknown:
         raise ValueError(f"unknown bugs {sorted(unknown)}; known: {sorted(BUGS)}")
-    return PageMapAdapter(page_size, host, planted)
+    if shape not in SHAPES:
+        raise ValueError(f"unknown shape {shape!r}; known: {sorted(SHAPES)}")
+    return PageMapAdapter(page_size, host, planted, SHAPES[shape])
+
+
+def vllm_shaped(page_size: int, host: Host, bugs: str = "") -> PageMapAdapter:
+    """The cache with vLLM's habits, checked under ``PROFILES["vllm_shaped"]``."""
+    return factory(page_size, host, bugs, "vllm")
+
+
+def max_shaped(page_size: int, host: Host, bugs: str = "") -> PageMapAdapter:
+    """The cache with MAX's habits, checked under ``PROFILES["max_shaped"]``."""
+    return factory(page_size, host, bugs, "max")

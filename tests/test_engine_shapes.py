@@ -1,0 +1,171 @@
+"""Engine shapes are profile policies, not adapter hacks (DECISIONS §4, 2026-11-26).
+
+``adapters.planted`` is a small cache written without radixkv; its ``vllm`` and ``max``
+shapes have habits radixkv does not (no refresh on lookup, reset refused while held, its own
+page hashes, flat eviction lists). Each passes under the profile that names its habits and
+fails under radixkv's, for those habits only.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import settings
+from radixkv_conformance import AdapterError, run_conformance
+from radixkv_conformance.adapters import planted
+from radixkv_conformance.adapters.radixkv import mamba, sliding_window
+from radixkv_conformance.cli import main
+from radixkv_conformance.machines import machine_for
+from radixkv_conformance.profile import RADIXKV, RADIXKV_MAMBA, RADIXKV_SWA
+from radixkv_conformance.trace import replay
+
+SEARCH = settings(
+    max_examples=150, stateful_step_count=25, deadline=None, database=None, derandomize=True
+)
+VLLM, MAX = planted.PROFILES["vllm_shaped"], planted.PROFILES["max_shaped"]
+
+
+def _trace(*steps: dict[str, Any], page_size: int = 1) -> dict[str, Any]:
+    return {
+        "format": "radixkv-trace/1",
+        "semantics": "radixkv",
+        "mode": "plain",
+        "page_size": page_size,
+        "steps": [{"id": i, **step} for i, step in enumerate(steps)],
+    }
+
+
+def _insert(tokens: list[int], at: int, namespace: str | None = None) -> dict[str, Any]:
+    indices = list(range(at, at + len(tokens)))
+    return {"op": "insert", "tokens": tokens, "namespace": namespace, "indices": indices}
+
+
+@pytest.mark.parametrize(
+    ("factory", "profile", "under_radixkv"),
+    [
+        (planted.vllm_shaped, VLLM, {"INV-11:evict-victim-order", "INV-9:page-hashes-other"}),
+        (planted.max_shaped, MAX, {"INV-11:evict-not-one-path"}),
+    ],
+)
+def test_a_shape_passes_under_its_profile_and_only_there(
+    factory: Any, profile: Any, under_radixkv: set[str]
+) -> None:
+    own = run_conformance(factory, profile=profile, settings=SEARCH, name=profile.name)
+    own.raise_for_failures()
+    assert own.stats["evicted tokens"] > 0
+    other = run_conformance(factory, profile=RADIXKV, settings=SEARCH, name=f"{profile.name}-rk")
+    assert under_radixkv <= {failure.finding for failure in other.failures}
+
+
+RESET_WHILE_HELD = _trace(
+    _insert([1, 2], at=0),
+    {"op": "lock", "node": 0},
+    {"op": "reset"},
+    {"op": "unlock", "node": 0, "lock": 1},
+    {"op": "reset"},
+)
+
+
+def test_a_reset_while_held_is_refused_under_that_policy() -> None:
+    assert replay(RESET_WHILE_HELD, planted.vllm_shaped, VLLM).passed
+    accepts = replay(RESET_WHILE_HELD, planted.factory, VLLM)  # resets while held
+    assert accepts.finding == "INV-14:reset-while-held", accepts
+    refuses = replay(RESET_WHILE_HELD, planted.vllm_shaped, RADIXKV)
+    assert refuses.finding == "ValueError:reset@planted.reset", refuses
+
+
+FLAT_EVICTION = _trace(
+    _insert([1, 2], at=0),
+    _insert([1, 3], at=2),
+    {"op": "evict", "num_tokens": 3},
+)
+
+
+def test_a_flat_eviction_list_is_regrouped_by_page() -> None:
+    """Three pages freed in one list: the kit orders them leaf by leaf, least recent first."""
+    assert replay(FLAT_EVICTION, planted.max_shaped, MAX).passed
+    per_node = replay(FLAT_EVICTION, planted.max_shaped, RADIXKV)
+    assert per_node.finding == "INV-11:evict-not-one-path", per_node
+    locked = _trace(
+        *FLAT_EVICTION["steps"][:2], {"op": "lock", "node": 1}, FLAT_EVICTION["steps"][2]
+    )
+    bug = functools.partial(planted.max_shaped, bugs="locked")
+    assert replay(locked, bug, MAX).finding == "INV-11:evict-locked-victim"
+
+
+class _HashesIgnoreNamespaces(planted.PageMapAdapter):
+    def page_hashes(self, handle: planted.Page) -> list[str]:
+        return self.cache.page_hashes((None, handle[1]))
+
+
+def test_opaque_page_hashes_are_checked_for_consistency() -> None:
+    """Own hashes need not be the spec's, but two pages never share one: equal paths in two
+    namespaces sharing a hash is the namespace-blind hash bug, found as INV-9."""
+    pages_in_two_namespaces = _trace(
+        _insert([1], at=0, namespace=None),
+        _insert([1], at=1, namespace="a"),
+        {"op": "page_hashes", "node": 0},
+        {"op": "page_hashes", "node": 1},
+    )
+    assert replay(pages_in_two_namespaces, planted.vllm_shaped, VLLM).passed
+    blind = functools.partial(
+        _HashesIgnoreNamespaces, bugs=frozenset(), shape=planted.SHAPES["vllm"]
+    )
+    result = replay(pages_in_two_namespaces, blind, VLLM)
+    assert result.finding == "INV-9:page-hashes-opaque-shared", result
+
+
+class _RefusesShortKeys(planted.PageMapAdapter):
+    """An engine that refuses keys shorter than a page (MAX before 2025-02-20)."""
+
+    def insert(self, tokens: tuple[int, ...], namespace: Any, indices: Any) -> Any:
+        if len(tokens) < self.page_size:
+            raise RuntimeError("empty keys are not supported")
+        return super().insert(tokens, namespace, indices)
+
+
+def test_a_profile_that_draws_no_empty_keys() -> None:
+    def factory(page_size: int, host: Any) -> _RefusesShortKeys:
+        return _RefusesShortKeys(page_size, host, frozenset(), planted.SHAPES[""])
+
+    crashes = run_conformance(factory, profile=RADIXKV, settings=SEARCH, name="short_crash")
+    assert {f.finding for f in crashes.failures} == {
+        "RuntimeError:insert@test_engine_shapes.insert"
+    }
+    no_empty = RADIXKV.but(name="no-empty-keys", empty_keys=False)
+    run_conformance(
+        factory, profile=no_empty, settings=SEARCH, name="short_ok"
+    ).raise_for_failures()
+
+
+@pytest.mark.parametrize(
+    ("factory", "profile"), [(sliding_window, RADIXKV_SWA), (mamba, RADIXKV_MAMBA)]
+)
+def test_swa_and_mamba_models_refuse_a_profile_without_lookup_refresh(
+    factory: Any, profile: Any
+) -> None:
+    with pytest.raises(AdapterError, match="refreshes recency on every match"):
+        machine_for("x", factory, profile.but(refresh_on=frozenset({"insert"})))
+
+
+def test_options_reach_the_factory_and_modules_load_from_the_current_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "my_cache_adapter.py").write_text(
+        "from radixkv_conformance.adapters.planted import PROFILE, factory\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(
+        "sys.path", [p for p in __import__("sys").path if p not in ("", os.getcwd())]
+    )
+    target = "my_cache_adapter:factory"
+    quick = ["--hypothesis-profile", "dev", "--max-failures", "1"]
+    assert main(["check", target, *quick]) == 0
+    assert main(["check", target, "--option", "bugs=locked", *quick]) == 1
+    assert "INV-11:evict-locked-victim" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        main(["check", target, "--option", "bugs"])  # not KEY=VALUE: a usage error
