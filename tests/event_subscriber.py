@@ -1,9 +1,10 @@
 """A KV-event subscriber written from the wire format alone, run as its own process.
 
 ``python -m tests.event_subscriber ENDPOINT`` connects a SUB socket to ENDPOINT, prints
-``ready``, and then decodes every batch with its own msgspec schema — vLLM's tagged,
-array-like records as issue 15 describes them, plus the namespace in the seventh field —
-and rebuilds the worker's page set the way a router does. It recomputes every stored hash
+``ready``, and then decodes every batch with its own msgspec schema — vLLM 0.33's batch
+``[ts, events, data_parallel_rank]`` and its records as maps tagged ``type`` (its required
+fields, the namespace as ``cache_salt`` as Dynamo reads it) — and rebuilds the worker's page
+set the way a router does, block hashes as unsigned 64-bit ints. It recomputes every stored hash
 from the tokens with hashlib (SPEC.md §9), never importing radixkv or its spec. When a line
 ``end N`` arrives on stdin it reads up to batch N and prints one JSON object: what it saw,
 the page set after every batch (as a digest) and at the end, and every rule a batch broke.
@@ -22,28 +23,30 @@ import msgspec
 import zmq
 
 
-class BlockStored(msgspec.Struct, tag=True, array_like=True):
+class BlockStored(msgspec.Struct, tag=True, forbid_unknown_fields=True):
     block_hashes: list[int]
     parent_block_hash: int | None
     token_ids: list[int]
     block_size: int
     lora_id: int | None
     medium: str | None
-    extra_key: str | None = None
+    lora_name: str | None
+    cache_salt: str | None = None
 
 
-class BlockRemoved(msgspec.Struct, tag=True, array_like=True):
+class BlockRemoved(msgspec.Struct, tag=True, forbid_unknown_fields=True):
     block_hashes: list[int]
     medium: str | None
 
 
-class AllBlocksCleared(msgspec.Struct, tag=True, array_like=True):
+class AllBlocksCleared(msgspec.Struct, tag=True, forbid_unknown_fields=True):
     pass
 
 
 class KVEventBatch(msgspec.Struct, array_like=True):
     ts: float
     events: list[BlockStored | BlockRemoved | AllBlocksCleared]
+    data_parallel_rank: int
 
 
 def page_digest(tokens: list[int], prior: str | None) -> str:
@@ -62,13 +65,12 @@ def namespace_seed(extra_key: str | None) -> str | None:
     return hashlib.sha256(b"radixkv:namespace:" + extra_key.encode()).hexdigest()
 
 
-def as_int64(digest: str) -> int:
-    value = int(digest[:16], 16)
-    return value - 2**64 if value >= 2**63 else value
+def as_uint64(digest: str) -> int:
+    return int(digest[:16], 16)
 
 
 class Router:
-    """One worker's pages: int64 hash -> full digest (the next page's prior)."""
+    """One worker's pages: unsigned 64-bit hash -> full digest (the next page's prior)."""
 
     def __init__(self) -> None:
         self.pages: dict[int, str] = {}
@@ -90,7 +92,7 @@ class Router:
     def store(self, event: BlockStored) -> None:
         p = event.block_size
         if event.parent_block_hash is None:
-            prior = namespace_seed(event.extra_key)
+            prior = namespace_seed(event.cache_salt)
         else:
             prior = self.pages.get(event.parent_block_hash)
             if prior is None:
@@ -101,8 +103,8 @@ class Router:
             return
         for i, h in enumerate(event.block_hashes):
             prior = page_digest(event.token_ids[i * p : (i + 1) * p], prior)
-            if as_int64(prior) != h:
-                self.errors.append(f"hash {h} is not the page's ({as_int64(prior)})")
+            if as_uint64(prior) != h:
+                self.errors.append(f"hash {h} is not the page's ({as_uint64(prior)})")
             if h in self.pages:
                 self.errors.append(f"{h} stored twice without a removal")
             self.pages[h] = prior
@@ -138,6 +140,8 @@ def main(endpoint: str) -> int:
             seq = int.from_bytes(seq_frame, "big")
             seen.append(seq)
             batch = decoder.decode(payload)
+            if batch.data_parallel_rank != 0:
+                router.errors.append(f"batch {seq} from rank {batch.data_parallel_rank}")
             for event in batch.events:
                 router.apply(event)
             after[str(seq)] = router.digest()

@@ -20,9 +20,9 @@ from radixkv.events import (
     BlockStored,
     EventRecorder,
     KVCacheEvent,
+    block_hash,
     to_wire,
 )
-from radixkv.hashing import hash_to_int64
 from radixkv.mamba_radix_cache import MambaRadixCache
 from radixkv.radix_trie import TrieNode
 from radixkv.tree import TreeNode
@@ -66,7 +66,7 @@ def stream(recorder: EventRecorder, model: EventStreamModel) -> None:
 
 
 def h(ns: str | None, tokens: list[int], p: int) -> list[int]:
-    return [hash_to_int64(x) for x in page_hashes(ns, tokens, p)]
+    return [block_hash(x) for x in page_hashes(ns, tokens, p)]
 
 
 # ---- exact records -----------------------------------------------------------------------
@@ -95,12 +95,37 @@ def test_records_of_insert_split_evict_reset() -> None:
 
 
 def test_wire_form_is_vllm_shaped() -> None:
+    """Maps tagged ``type`` with vLLM 0.33's field names; the namespace as ``cache_salt``."""
     stored = BlockStored([7, 8], 6, [1, 2, 3, 4], 2)
-    assert to_wire(stored) == ["BlockStored", [7, 8], 6, [1, 2, 3, 4], 2, None, "GPU"]
-    named = BlockStored([7], None, [1, 2], 2, extra_key="a")
-    assert to_wire(named)[-1] == "a" and len(to_wire(named)) == 8
-    assert to_wire(BlockRemoved([7])) == ["BlockRemoved", [7], "GPU"]
-    assert to_wire(AllBlocksCleared()) == ["AllBlocksCleared"]
+    assert to_wire(stored) == {
+        "type": "BlockStored",
+        "block_hashes": [7, 8],
+        "parent_block_hash": 6,
+        "token_ids": [1, 2, 3, 4],
+        "block_size": 2,
+        "lora_id": None,
+        "medium": "GPU",
+        "lora_name": None,
+    }
+    named = to_wire(BlockStored([7], None, [1, 2], 2, extra_key="a"))
+    assert named["cache_salt"] == "a" and named["lora_name"] is None
+    assert to_wire(BlockStored([7], None, [(1, 2)], 1))["token_ids"] == [[1, 2]]
+    assert to_wire(BlockRemoved([7])) == {
+        "type": "BlockRemoved",
+        "block_hashes": [7],
+        "medium": "GPU",
+    }
+    assert to_wire(AllBlocksCleared()) == {"type": "AllBlocksCleared"}
+
+
+def test_block_hashes_are_unsigned_64_bit() -> None:
+    recorder = EventRecorder()
+    cache = RadixCache(1, event_listener=recorder)
+    cache.insert(RadixKey(list(range(64))))
+    (record,) = recorder.take()
+    assert isinstance(record, BlockStored)
+    assert all(0 <= x < 2**64 for x in record.block_hashes)
+    assert any(x >= 2**63 for x in record.block_hashes)  # 64 hashes: some have the top bit
 
 
 def test_no_listener_hashes_nothing() -> None:

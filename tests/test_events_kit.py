@@ -47,19 +47,19 @@ def test_radixkv_streams_exactly_what_it_caches(factory: Any, profile: Profile) 
 class ForgetsRemovals(RadixCacheAdapter):
     """A recorder that loses its BlockRemoved records: the router keeps stale pages."""
 
-    def take_events(self) -> list[list[Any]]:
-        return [r for r in super().take_events() if r[0] != "BlockRemoved"]
+    def take_events(self) -> list[Any]:
+        return [r for r in super().take_events() if r["type"] != "BlockRemoved"]
 
 
 class UnchainedHashes(RadixCacheAdapter):
     """Publishes hashes off by one bit (a different hash function, or an unchained one): a
     router cannot recompute them."""
 
-    def take_events(self) -> list[list[Any]]:
+    def take_events(self) -> list[Any]:
         records = super().take_events()
         for record in records:
-            if record[0] in ("BlockStored", "BlockRemoved"):
-                record[1] = [h ^ 1 for h in record[1]]
+            if record["type"] in ("BlockStored", "BlockRemoved"):
+                record["block_hashes"] = [h ^ 1 for h in record["block_hashes"]]
         return records
 
 

@@ -1,7 +1,9 @@
 """The ``events`` rule set: a router's view of the cache, rebuilt from its event stream.
 
 After every step the kit takes the records the cache emitted since the step before
-(``EventsAdapter.take_events``, in their wire form), applies them in order to
+(``EventsAdapter.take_events``, in their wire form: tagged maps as vLLM 0.33 and sglang
+0.5.23 send them, or tagged arrays in a layout — ``radixkv_spec.events.Layout``, sglang's
+unless the oracle is told ``layout="vllm"``), decodes them by field name, applies them to
 ``radixkv_spec.events.EventStreamModel`` — which rejects a page stored twice without a
 removal between (INV-40), a removal of a page that is not stored (INV-41) and, for
 radixkv's hashes, a hash a router cannot recompute from the tokens and the namespace
@@ -16,7 +18,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from radixkv_spec.events import EventStreamModel, HashPolicy
+from radixkv_spec.events import EventStreamModel, HashPolicy, Layout
 from radixkv_spec.invariants import holds
 
 from radixkv_conformance.protocol import EventsAdapter, PagePlace
@@ -25,8 +27,10 @@ from radixkv_conformance.protocol import EventsAdapter, PagePlace
 class EventsOracle:
     """One cache's stream, applied after every step and compared with its contents."""
 
-    def __init__(self, page_size: int, hashes: HashPolicy = "radixkv") -> None:
-        self.stream = EventStreamModel(page_size, hashes)
+    def __init__(
+        self, page_size: int, hashes: HashPolicy = "radixkv", layout: Layout = "sglang"
+    ) -> None:
+        self.stream = EventStreamModel(page_size, hashes, layout)
 
     def check(self, adapter: EventsAdapter, contents: Mapping[Any, Any]) -> int:
         """Apply the new records and compare; returns how many records were applied."""

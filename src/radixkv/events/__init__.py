@@ -3,13 +3,16 @@
 A cache built with ``event_listener=`` reports every change to its set of cached pages as
 records in the shape vLLM and sglang publish: ``BlockStored`` when pages are added,
 ``BlockRemoved`` when they are deleted, ``AllBlocksCleared`` on ``reset``. Block hashes are
-``hash_to_int64`` of radixkv's published page hashes (SPEC.md §9), so a router recomputes
-them from the tokens and the namespace alone. Without a listener nothing is hashed and no
-record is built: the caches test one attribute against ``None`` where pages come and go.
+unsigned 64-bit: ``hash_to_int64`` of radixkv's published page hashes (SPEC.md §9) read as
+unsigned (``block_hash``), so a router recomputes them from the tokens and the namespace
+alone. Without a listener nothing is hashed and no record is built: the caches test one
+attribute against ``None`` where pages come and go.
 
-``EventRecorder`` collects records and hands them out as ``KVEventBatch(ts, events)``, the
-unit a publisher sends (``radixkv.events.publisher``; the wire codec is
-``radixkv.events.wire``; both need the optional ``events`` extra).
+``EventRecorder`` collects records and hands them out as ``KVEventBatch``, the unit a
+publisher sends (``radixkv.events.publisher``; the wire codec is ``radixkv.events.wire``;
+both need the optional ``events`` extra). ``to_wire`` writes a record as the tagged map
+vLLM 0.33 and sglang 0.5.23 send; ``RouterFilter`` keeps out of a published stream the
+pages a router cannot be told faithfully (SPEC.md, "KV events").
 """
 
 from __future__ import annotations
@@ -26,15 +29,28 @@ from radixkv.tree import Tree, TreeNode, path_to_root
 MEDIUM = "GPU"
 """The tier radixkv's caches describe: device KV (vLLM's and sglang's name for it)."""
 
+TAG = "type"
+"""The key that names a record's class in its wire map (msgspec's ``tag=True``)."""
+
+MAX_TOKEN_ID = 2**32 - 1
+"""The largest token id a router is told: Dynamo reads token ids as unsigned 32-bit."""
+
+
+def block_hash(page_hash: str) -> int:
+    """A page's published block hash: ``hash_to_int64`` of its §9 hash, read as unsigned
+    64-bit (``[0, 2**64)``), the form vLLM publishes integer hashes in."""
+    return hash_to_int64(page_hash) % 2**64
+
 
 @dataclass(frozen=True, slots=True)
 class BlockStored:
     """Pages that became cached: consecutive pages of one path, parent link first.
 
-    ``block_hashes[i]`` is the int64 hash of page i; ``parent_block_hash`` that of the page
-    before the first one (``None`` when the first page starts its namespace's path);
-    ``token_ids`` are the pages' tokens in order (``len == block_size * len(block_hashes)``);
-    ``extra_key`` is the namespace the hashes are seeded with (sglang's ``cache_salt`` slot).
+    ``block_hashes[i]`` is the unsigned 64-bit hash of page i (``block_hash``);
+    ``parent_block_hash`` that of the page before the first one (``None`` when the first
+    page starts its namespace's path); ``token_ids`` are the pages' tokens in order
+    (``len == block_size * len(block_hashes)``); ``extra_key`` is the namespace the hashes
+    are seeded with, sent as ``cache_salt`` (never as ``lora_name``).
     """
 
     block_hashes: list[int]
@@ -48,7 +64,7 @@ class BlockStored:
 
 @dataclass(frozen=True, slots=True)
 class BlockRemoved:
-    """Pages that are no longer cached, named by their int64 hashes."""
+    """Pages that are no longer cached, named by their unsigned 64-bit hashes."""
 
     block_hashes: list[int]
     medium: str | None = MEDIUM
@@ -65,31 +81,106 @@ EventListener = Callable[[KVCacheEvent], object]
 
 @dataclass(frozen=True, slots=True)
 class KVEventBatch:
-    """Events in the order they happened, stamped with one wall-clock time (seconds)."""
+    """Events in the order they happened, stamped with one wall-clock time (seconds), and
+    the data-parallel rank of the worker that publishes them (vLLM's third batch field)."""
 
     ts: float
     events: list[KVCacheEvent] = field(default_factory=list)
+    data_parallel_rank: int = 0
 
 
-def to_wire(event: KVCacheEvent) -> list[object]:
-    """The record's wire form: its tag, then its fields in order (vLLM's tagged,
-    array-like records). ``extra_key`` is left out for the ``None`` namespace, so a
-    default-namespace ``BlockStored`` has exactly vLLM's six fields."""
+def to_wire(event: KVCacheEvent) -> dict[str, object]:
+    """The record's wire form: a map tagged ``type`` with vLLM 0.33's field names.
+
+    ``BlockStored`` carries every field vLLM's decoder requires (``lora_id``, ``medium``,
+    ``lora_name``; the last two ``None`` in radixkv) and the namespace as ``cache_salt``
+    (sglang's and Dynamo's field; left out for the ``None`` namespace). Tuple (bigram)
+    tokens become arrays. Faithful to the record: ``RouterFilter`` decides what is sent.
+    """
     if isinstance(event, BlockStored):
-        fields: list[object] = [
-            event.block_hashes,
-            event.parent_block_hash,
-            event.token_ids,
-            event.block_size,
-            event.lora_id,
-            event.medium,
-        ]
+        record: dict[str, object] = {
+            TAG: "BlockStored",
+            "block_hashes": list(event.block_hashes),
+            "parent_block_hash": event.parent_block_hash,
+            "token_ids": [list(t) if isinstance(t, tuple) else t for t in event.token_ids],
+            "block_size": event.block_size,
+            "lora_id": event.lora_id,
+            "medium": event.medium,
+            "lora_name": None,
+        }
         if event.extra_key is not None:
-            fields.append(event.extra_key)
-        return ["BlockStored", *fields]
+            record["cache_salt"] = event.extra_key
+        return record
     if isinstance(event, BlockRemoved):
-        return ["BlockRemoved", event.block_hashes, event.medium]
-    return ["AllBlocksCleared"]
+        return {
+            TAG: "BlockRemoved",
+            "block_hashes": list(event.block_hashes),
+            "medium": event.medium,
+        }
+    return {TAG: "AllBlocksCleared"}
+
+
+def publishable_token(token: Token) -> bool:
+    """Whether a router can be told this token: a plain int id in ``[0, 2**32)``."""
+    return type(token) is int and 0 <= token <= MAX_TOKEN_ID
+
+
+class RouterFilter:
+    """What a published stream says: every record, less the pages a router cannot be told
+    faithfully (SPEC.md, "KV events", "What a router is not told").
+
+    A page is refused when its namespace is ``""`` (vLLM and Dynamo read an empty salt as
+    no salt: its pages would collide with the ``None`` namespace's) or when a token on its
+    root path is not an int id below ``2**32`` (Dynamo reads ids as u32 and drops a whole
+    batch it cannot decode; vLLM's schema has no bigram tokens). Every page after a refused
+    one in its path is refused too; a removal names only pages that were sent; a clear
+    forgets every refusal. So the published stream is itself consistent (INV-40..42) and a
+    router's view is the worker's cached pages less the refused ones: it may route a
+    refused prefix elsewhere, never to a worker that lacks it.
+    """
+
+    __slots__ = ("_refused", "refused_pages")
+
+    def __init__(self) -> None:
+        self._refused: set[int] = set()
+        self.refused_pages = 0
+        """How many stored pages were kept out of the stream (a running count)."""
+
+    def __call__(self, event: KVCacheEvent) -> KVCacheEvent | None:
+        """The event as published, or ``None`` when nothing of it is."""
+        if isinstance(event, BlockStored):
+            return self._stored(event)
+        if isinstance(event, BlockRemoved):
+            sent = [h for h in event.block_hashes if h not in self._refused]
+            self._refused.difference_update(event.block_hashes)
+            if len(sent) == len(event.block_hashes):
+                return event
+            return BlockRemoved(sent, event.medium) if sent else None
+        self._refused.clear()
+        return event
+
+    def _stored(self, event: BlockStored) -> BlockStored | None:
+        p, hashes = event.block_size, event.block_hashes
+        if event.extra_key == "" or event.parent_block_hash in self._refused:
+            keep = 0
+        else:
+            bad = next((i for i, t in enumerate(event.token_ids) if not publishable_token(t)), None)
+            keep = len(hashes) if bad is None else bad // p
+        if keep == len(hashes):
+            return event
+        self._refused.update(hashes[keep:])
+        self.refused_pages += len(hashes) - keep
+        if keep == 0:
+            return None
+        return BlockStored(
+            block_hashes=hashes[:keep],
+            parent_block_hash=event.parent_block_hash,
+            token_ids=event.token_ids[: keep * p],
+            block_size=p,
+            lora_id=event.lora_id,
+            medium=event.medium,
+            extra_key=event.extra_key,
+        )
 
 
 class EventPublisher(Protocol):
@@ -119,8 +210,8 @@ class EventRecorder:
         events, self._events = self._events, []
         return events
 
-    def take_batch(self) -> KVEventBatch:
-        return KVEventBatch(self._clock(), self.take())
+    def take_batch(self, data_parallel_rank: int = 0) -> KVEventBatch:
+        return KVEventBatch(self._clock(), self.take(), data_parallel_rank)
 
 
 class SequenceTracker:
@@ -181,8 +272,8 @@ class PageEvents:
         """Report consecutive new pages (``tokens``, whole pages) after ``parent_hash``."""
         self.listener(
             BlockStored(
-                block_hashes=[hash_to_int64(h) for h in hashes],
-                parent_block_hash=None if parent_hash is None else hash_to_int64(parent_hash),
+                block_hashes=[block_hash(h) for h in hashes],
+                parent_block_hash=None if parent_hash is None else block_hash(parent_hash),
                 token_ids=list(tokens),
                 block_size=self.page_size,
                 extra_key=extra_key,
@@ -191,7 +282,7 @@ class PageEvents:
 
     def removed(self, hashes: Sequence[str]) -> None:
         if hashes:
-            self.listener(BlockRemoved(block_hashes=[hash_to_int64(h) for h in hashes]))
+            self.listener(BlockRemoved(block_hashes=[block_hash(h) for h in hashes]))
 
     def cleared(self) -> None:
         self.listener(AllBlocksCleared())
@@ -236,7 +327,9 @@ def _prior_hash(node: TreeNode) -> str | None:
 
 
 __all__ = [
+    "MAX_TOKEN_ID",
     "MEDIUM",
+    "TAG",
     "AllBlocksCleared",
     "BlockRemoved",
     "BlockStored",
@@ -246,7 +339,10 @@ __all__ = [
     "KVCacheEvent",
     "KVEventBatch",
     "PageEvents",
+    "RouterFilter",
     "SequenceTracker",
+    "block_hash",
     "node_page_hashes",
+    "publishable_token",
     "to_wire",
 ]

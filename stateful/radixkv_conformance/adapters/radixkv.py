@@ -110,7 +110,9 @@ class _OwnCacheAdapter:
     def evicted_node_ids(self) -> list[Hashable]:
         return list(self.evicted_ids)
 
-    def take_events(self) -> list[list[Any]]:
+    def take_events(self) -> list[Any]:
+        """Every record as radixkv sends it (a map tagged ``type``), before the publisher's
+        ``RouterFilter``: the kit checks the cache's whole stream."""
         return [to_wire(event) for event in self.events.take()]
 
     def scribble(self) -> None:

@@ -8,8 +8,10 @@ events are off there. Here the real module is loaded (it needs ``msgspec`` and `
 also imports ``pydantic`` for its publisher configuration classes and a network helper,
 neither of which the recorder calls, so those two are inert stand-ins when absent), then
 sglang's recorder module and its tree are reloaded against it. The cache is built with
-``enable_kv_cache_events=True``; ``take_events`` turns sglang's records into their wire form
-(tag, then fields in order; ``cache_salt`` sits where radixkv's ``extra_key`` does).
+``enable_kv_cache_events=True``; ``take_events`` hands the kit each record exactly as sglang
+puts it on the wire: msgspec's msgpack encoding of sglang's own event class, decoded to
+plain values — a map tagged ``type`` with sglang's field names (``cache_salt`` is the
+namespace), which the kit reads by name.
 
 sglang's page hashes are its own (``event_hashes="opaque"``): the kit checks them as names
 and compares pages by token path. In the ``None`` namespace they happen to equal radixkv's
@@ -25,6 +27,8 @@ import sys
 import types
 from pathlib import Path
 from typing import Any
+
+import msgspec
 
 from radixkv_conformance.adapters import sglang as python_tree
 from radixkv_conformance.adapters._sglang_import import Stub
@@ -94,31 +98,13 @@ class SglangEventsAdapter(python_tree.SglangRadixCacheAdapter):
         )
         self.cache.take_events()  # the AllBlocksCleared of its constructor's reset
 
-    def take_events(self) -> list[list[Any]]:
+    def take_events(self) -> list[Any]:
         return [_wire(event) for event in self.cache.take_events()]
 
 
-def _wire(event: Any) -> list[Any]:
-    name = type(event).__name__
-    if name == "BlockStored":
-        tokens = [t if isinstance(t, int) else list(t) for t in event.token_ids]
-        return [
-            name,
-            list(event.block_hashes),
-            event.parent_block_hash,
-            tokens,
-            event.block_size,
-            event.lora_id,
-            _medium(event.medium),
-            event.cache_salt,
-        ]
-    if name == "BlockRemoved":
-        return [name, list(event.block_hashes), _medium(event.medium)]
-    return [name]
-
-
-def _medium(medium: Any) -> str | None:
-    return None if medium is None else str(getattr(medium, "value", medium))
+def _wire(event: Any) -> Any:
+    """sglang's record as it travels: its msgpack bytes, decoded without a schema."""
+    return msgspec.msgpack.decode(msgspec.msgpack.encode(event))
 
 
 def factory(page_size: int, sink: FreeSink) -> SglangEventsAdapter:

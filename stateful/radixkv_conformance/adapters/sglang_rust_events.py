@@ -7,7 +7,8 @@ The Rust core adapter (``sglang_rust.py``), with ``enable_kv_cache_events=True``
 controller's ``CacheInitParams`` (the controller passes it on to the binding). sglang's
 controller turns the binding's tagged tuples into its ``kv_events`` classes; that module
 stays stubbed here (as in ``sglang_rust.py``), so ``take_events`` reads the binding's queue
-itself and writes each tuple in the kit's wire form. The tuples' fields, by position:
+itself and writes each tuple as the map sglang would send (tagged ``type``, sglang's field
+names: the cache salt as ``cache_salt``). The tuples' fields, by position:
 ``block_stored``: hashes, parent hash, token ids, block size, medium, cache salt, session
 id, extra key; ``block_removed``: hashes, medium, extra key; ``all_blocks_cleared``.
 
@@ -55,21 +56,29 @@ class SglangRustEventsAdapter(rust_tree.SglangRustTreeCoreAdapter):
         super().reset()
         self.core._binding.record_all_cleared_event()
 
-    def take_events(self) -> list[list[Any]]:
+    def take_events(self) -> list[Any]:
         return [_wire(event) for event in self.core._binding.take_events()]
 
 
-def _wire(event: tuple[Any, ...]) -> list[Any]:
-    """One binding tuple in the kit's wire form (``radixkv_spec.events.parse_record``)."""
+def _wire(event: tuple[Any, ...]) -> dict[str, Any]:
+    """One binding tuple as sglang's wire map (``radixkv_spec.events.parse_record``)."""
     tag = _WIRE_TAG.get(event[0])
     if tag == "BlockStored":
         hashes, parent, tokens, block_size, medium, cache_salt = event[1:7]
-        tokens = [t if isinstance(t, int) else list(t) for t in tokens]
-        return [tag, list(hashes), parent, tokens, block_size, None, medium, cache_salt]
+        return {
+            "type": tag,
+            "block_hashes": list(hashes),
+            "parent_block_hash": parent,
+            "token_ids": [t if isinstance(t, int) else list(t) for t in tokens],
+            "block_size": block_size,
+            "lora_id": None,
+            "medium": medium,
+            "cache_salt": cache_salt,
+        }
     if tag == "BlockRemoved":
-        return [tag, list(event[1]), event[2]]
+        return {"type": tag, "block_hashes": list(event[1]), "medium": event[2]}
     if tag == "AllBlocksCleared":
-        return [tag]
+        return {"type": tag}
     raise AssertionError(f"unknown event from sglang's Rust core: {event!r}")
 
 
