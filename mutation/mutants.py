@@ -29,7 +29,7 @@ SWA_MACHINE = "tests/machines/test_swa_machine.py"
 # Two SWA bugs need a locked node under (or over) a tombstone: the thorough machine finds
 # them (1.5 and 5.5 minutes), the ci one does not; in CI the SWA example tests catch them.
 SWA_MACHINE_AND_EXAMPLES = f"{SWA_MACHINE} tests/test_swa_insert.py tests/test_swa_locks_evict.py"
-MAMBA = "src/radixkv/mamba_radix_cache.py"
+MAMBA = "src/radixkv/mamba_states.py"
 LRU = "src/radixkv/lru_list.py"
 MAMBA_MACHINE = "tests/machines/test_mamba_machine.py"
 EVENTS = "src/radixkv/events/__init__.py"
@@ -138,9 +138,8 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "evict-does-not-free",
         CACHE,
-        "        result.swa_evicted += self._attention.swa_tokens(leaf)\n"
-        "        self._free(leaf)\n",
-        "        result.swa_evicted += self._attention.swa_tokens(leaf)\n",
+        "        self._free(leaf)  # KV first",
+        "        pass  # KV first",
     ),
     Mutant(
         "evict-overshoots-target",
@@ -295,9 +294,9 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "swa-tombstone-left-as-leaf",
-        CACHE,
-        "        while parent.swa_tombstone and self.tree.is_evictable_leaf(parent):",
-        "        while False:",
+        SWA,
+        "        return node.swa_tombstone\n",
+        "        return False\n",
         SWA_MACHINE,
     ),
     # MambaRadixCache: the Mamba machine must catch these.
@@ -305,43 +304,43 @@ MUTANTS: tuple[Mutant, ...] = (
         "mamba-lock-copied-on-split",
         MAMBA,
         "        upper.mamba_lock_ref = 0  # mamba locks",
-        "        upper.mamba_lock_ref = node.mamba_lock_ref  # mamba locks",
+        "        upper.mamba_lock_ref = lower.mamba_lock_ref  # mamba locks",
         MAMBA_MACHINE,
     ),
     Mutant(
         "mamba-state-kept-on-split-upper",
         MAMBA,
         "        upper.mamba_value = None\n",
-        "        upper.mamba_value = node.mamba_value\n",
+        "        upper.mamba_value = lower.mamba_value\n",
         MAMBA_MACHINE,
     ),
     Mutant(
         "mamba-no-copy-on-write",
         MAMBA,
-        "        if slot is not None:\n            self.mamba_pool.copy_states(source, slot)\n"
-        "        return slot\n",
-        "        return source\n",
+        "        if slot is not None:\n            self.pool.copy_states(source, slot)\n"
+        "        return slot, slot is not None\n",
+        "        return source, True\n",
         MAMBA_MACHINE,
     ),
     Mutant(
         "mamba-leaf-left-as-tombstone",
         MAMBA,
-        "            if node.children:\n                self._free_state(node)",
-        "            if True:\n                self._free_state(node)",
+        "            if node.children:\n                self._drop(node, result)",
+        "            if True:\n                self._drop(node, result)",
         MAMBA_MACHINE,
     ),
     Mutant(
-        "mamba-full-lru-touch-missing",
+        "mamba-full-lru-order-ignores-depth",
         MAMBA,
-        "        self.full_lru.touch_node_and_parents_mru(node, self.root)\n",
-        "",
+        "        ranked.sort(key=lambda r: r[:2], reverse=True)",
+        "        ranked.sort(key=lambda r: r[0], reverse=True)",
         MAMBA_MACHINE,
     ),
     Mutant(
         "mamba-lru-touch-missing",
         MAMBA,
-        "        self.mamba_lru.touch_node_and_parents_mru(node, self.root)\n",
-        "",
+        "        self.mamba_lru.touch_node_and_parents_mru(node, self.tree.root)\n",
+        "        pass\n",
         MAMBA_MACHINE,
     ),
     Mutant(
@@ -354,10 +353,10 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "mamba-lock-propagated-to-ancestors",
         MAMBA,
-        "        self.tree.lock(node)  # the KV of the whole path\n",
-        "        self.tree.lock(node)  # the KV of the whole path\n"
+        "    def lock(self, node: MambaTreeNode) -> int | None:\n",
+        "    def lock(self, node: MambaTreeNode) -> int | None:\n"
         "        up = node.parent\n"
-        "        while up is not None and up is not self.root:\n"
+        "        while up is not None and up is not self.tree.root:\n"
         "            up.mamba_lock_ref += 1\n"
         "            up = up.parent\n",
         MAMBA_MACHINE,
@@ -365,37 +364,40 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "mamba-phase1-no-tombstone-cascade",
         MAMBA,
-        "        while self.tree.is_evictable_leaf(parent) and parent.mamba_value is None:",
-        "        while False:",
+        "        return node.mamba_value is None\n",
+        "        return False\n",
         MAMBA_MACHINE,
     ),
     Mutant(
         "mamba-exist-true-for-an-ancestor",
         MAMBA,
-        "        mamba_exist, cached_end = False, node\n",
-        "        mamba_exist = any(self._mamba(n).mamba_value is not None for n in walk.path)\n"
-        "        cached_end = node\n",
+        "        if not added and end.mamba_value is not None:\n            return True\n",
+        "        if not added and end.mamba_value is not None:\n            return True\n"
+        "        if end.parent is not None and end.parent.mamba_value is not None:\n"
+        "            if slot is not None:\n                self._adopt(end, slot)\n"
+        "            return True\n",
         MAMBA_MACHINE,
     ),
     Mutant(
         "mamba-sizes-counted-in-tokens",
         MAMBA,
-        "        self._mamba_evictable_size += 1  # a node",
-        "        self._mamba_evictable_size += len(node)  # a node",
+        "        self._evictable += 1  # a node",
+        "        self._evictable += len(node)  # a node",
         MAMBA_MACHINE,
     ),
     Mutant(
         "mamba-match-not-truncated",
         MAMBA,
-        "        while path and path[-1].mamba_value is None:",
+        "        while keep and path[keep - 1].mamba_value is None:",
         "        while False:",
         MAMBA_MACHINE,
     ),
     Mutant(
         "mamba-branching-seqlen-whole-nodes-only",
-        MAMBA,
-        "            mamba_branching_seqlen=kv_len if kv_len > prefix_len else None,",
-        "            mamba_branching_seqlen=walk.matched if walk.matched > prefix_len else None,",
+        CACHE,
+        "        branching = walk.end if self._part.branches and walk.end > prefix_len else None",
+        "        branching = walk.matched if self._part.branches and walk.matched > prefix_len"
+        " else None",
         MAMBA_MACHINE,
     ),
     Mutant(
@@ -414,23 +416,23 @@ MUTANTS: tuple[Mutant, ...] = (
         "tests/test_lru_list.py",
     ),
     Mutant(
-        "mamba-split-upper-not-listed",
+        "mamba-adopted-state-not-listed",
         MAMBA,
-        "        self.full_lru.insert_after(node, upper)\n",
+        "        self.mamba_lru.insert_mru(node)\n",
         "",
         MAMBA_MACHINE,
     ),
     Mutant(
         "mamba-phase2-ignores-slot-target",
         MAMBA,
-        "        while result.mamba_evicted < swa_num_tokens:",
-        "        while result.mamba_evicted <= swa_num_tokens:",
+        "        while result.mamba_evicted < num_tokens:",
+        "        while result.mamba_evicted <= num_tokens:",
         MAMBA_MACHINE,
     ),
     Mutant(
         "mamba-owned-slot-accepted",
         MAMBA,
-        "        if slot is not None and slot in self._slots:",
+        "        if slot is not None and slot in self.slots:",
         "        if slot is not None and slot in ():",
         MAMBA_MACHINE,
     ),
@@ -547,9 +549,9 @@ KIT_FAMILIES: tuple[Mutant, ...] = (
     ),
     Mutant(
         "mamba-caller-buffer-kept-as-view",
-        MAMBA,
-        "found.extra_key, indices[matched:].clone())",
-        "found.extra_key, indices[matched:])",
+        CACHE,  # the one insert path: the Mamba machine catches it too
+        "        return self.tree.add_leaf(parent, new, extra_key, value[live_from:].clone())",
+        "        return self.tree.add_leaf(parent, new, extra_key, value[live_from:])",
         MAMBA_MACHINE,
     ),
     Mutant(
@@ -560,18 +562,17 @@ KIT_FAMILIES: tuple[Mutant, ...] = (
     ),
     Mutant(
         "cow-at-exhaustion-makes-no-room",
-        MAMBA,
-        "            self.evict(0, 1)\n",
-        "            pass\n",
+        CACHE,
+        "        self.evict(0, 1)\n",
+        "        pass\n",
         MAMBA_EXAMPLES,
     ),
     Mutant(
         "cow-at-exhaustion-evicts-its-source",
-        MAMBA,
-        "            self.inc_lock_ref(node)  # the state to copy must survive making room\n"
-        "            self.evict(0, 1)\n"
-        "            self.dec_lock_ref(node)\n",
-        "            self.evict(0, 1)\n",
+        CACHE,
+        "        self.inc_lock_ref(keep)\n        self.evict(0, 1)\n"
+        "        self.dec_lock_ref(keep)\n",
+        "        self.evict(0, 1)\n",
         MAMBA_EXAMPLES,
     ),
     Mutant(
@@ -636,7 +637,7 @@ POLICY_FAMILY: tuple[Mutant, ...] = (
     Mutant(
         "priority-ignored-by-insert",
         CACHE,
-        "        apply_priority(node, cached_end, priority)  # before the touch: it re-queues"
+        "        apply_priority(node, cached_end, kw.priority)  # before the touch: it re-queues"
         " the leaf\n",
         "",
         POLICY_TESTS,

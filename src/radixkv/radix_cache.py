@@ -3,16 +3,22 @@
 Keys and values are page aligned, namespaces (``extra_key``) never share a node, recency is
 a logical clock, eviction deletes whole unlocked leaves least recently used first, and a
 lock is a handle: every ``dec_lock_ref`` must answer an ``inc_lock_ref`` on the same node.
+
+Every tree cache is this class: one ``Tree`` plus one part (part.py) — full attention,
+a sliding window (swa.py), or Mamba states (mamba_states.py, ``MambaRadixCache`` being
+this class with the seed's Mamba constructor). Match, insert, the eviction loop, reset,
+locks and printing are written once, here, and ask the part at fixed points.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, cast
 
 import torch
 
 from radixkv.arguments import (
+    InsertKeywords,
     aligned_value,
     insert_keywords,
     reject_unknown,
@@ -33,7 +39,8 @@ from radixkv.events import EventListener, PageEvents, node_page_hashes
 from radixkv.eviction import EvictionPolicy, apply_priority, resolve_policy
 from radixkv.invariants import check_tree
 from radixkv.keys import KeyData, read_key, span, token_count
-from radixkv.swa import FullAttention, SlidingWindow
+from radixkv.part import Part
+from radixkv.swa import SlidingWindow, SwaTreeNode
 from radixkv.tree import Descent, Tree, TreeNode
 
 
@@ -64,26 +71,50 @@ class RadixCache(BasePrefixCache):
         event_listener: EventListener | None = None,
         eviction_policy: str | EvictionPolicy = "lru",
     ) -> None:
-        require_int("page_size", page_size, 1)
-        policy = resolve_policy(eviction_policy)
-        self.page_size = page_size
         self.sliding_window_size = sliding_window_size
+
+        def attention(tree: Tree[TreeNode]) -> Part[TreeNode]:
+            if sliding_window_size is None:
+                return Part()
+            window = require_int("sliding_window_size", sliding_window_size, 1)
+            swa_tree = cast("Tree[SwaTreeNode]", tree)  # built with SwaTreeNode, below
+            part = SlidingWindow(swa_tree, token_to_kv_pool_allocator, window)
+            return cast("Part[TreeNode]", part)
+
+        node_class = TreeNode if sliding_window_size is None else SwaTreeNode
+        self._build(
+            page_size,
+            token_to_kv_pool_allocator,
+            on_node_evict,
+            clock,
+            event_listener,
+            eviction_policy,
+            node_class,
+            attention,
+        )
+
+    def _build(
+        self,
+        page_size: int,
+        token_to_kv_pool_allocator: Any,
+        on_node_evict: Callable[[int], None] | None,
+        clock: Callable[[], float] | None,
+        event_listener: EventListener | None,
+        eviction_policy: str | EvictionPolicy,
+        node_class: type[TreeNode],
+        make_part: Callable[[Tree[TreeNode]], Part[TreeNode]],
+    ) -> None:
+        """The one constructor of every tree cache: the tree, its part, events."""
+        self.page_size = require_int("page_size", page_size, 1)
+        policy = resolve_policy(eviction_policy)
         self.token_to_kv_pool_allocator = token_to_kv_pool_allocator
         self.on_node_evict = on_node_evict
         self.device = torch.device(getattr(token_to_kv_pool_allocator, "device", "cpu"))
-        self.tree: Tree[TreeNode] = Tree(TreeNode, page_size, self.device, clock, policy)
+        self.tree: Tree[TreeNode] = Tree(node_class, page_size, self.device, clock, policy)
+        self._part = make_part(self.tree)
         # None unless someone listens: then every new node is hashed (SPEC.md, KV events)
         self._events = PageEvents.on(self.tree, event_listener)
         self._no_indices = empty_indices(self.device)  # a match of nothing
-        self._attention: FullAttention = (
-            FullAttention()
-            if sliding_window_size is None
-            else SlidingWindow(
-                self.tree,
-                token_to_kv_pool_allocator,
-                require_int("sliding_window_size", sliding_window_size, 1),
-            )
-        )
 
     @property
     def root(self) -> TreeNode:
@@ -110,22 +141,24 @@ class RadixCache(BasePrefixCache):
         return self.tree.evictable_size + self.tree.protected_size
 
     def swa_evictable_size(self) -> int:
-        return self._attention.evictable_size()
+        return self._part.evictable_size()
 
     def swa_protected_size(self) -> int:
-        return self._attention.protected_size()
+        return self._part.protected_size()
 
     # ---- reset -------------------------------------------------------------------------
 
     def reset(self) -> None:
-        """Drop every node: free every held index once and report every node as evicted.
+        """Drop every node: free every held index (and state) once and report every node
+        as evicted.
 
         Outstanding lock handles become stale; callers quiesce (no running request) first.
         """
         doomed = self.tree.clear()
         for node in doomed:
             self._free(node)
-        self._attention.reset()
+            self._part.dropped(node)
+        self._part.reset()
         if self._events is not None:
             self._events.cleared()
         for node in doomed:
@@ -146,17 +179,34 @@ class RadixCache(BasePrefixCache):
         with read_key(key, self.page_size, self.tree.packed) as found:
             walk = self.tree.descend(found)
             found.require_valid_from(walk.end)  # the part the tree holds is valid
-        path = self._split_where_it_ends(walk)
-        path = path[: self._attention.match_end(path)]
+        keep, split = self._part.match_end(walk)  # the part decides, before any split
+        path = self._split_where_it_ends(walk) if split else walk.path
+        if keep < len(path):
+            del path[keep:]
         node = path[-1] if path else self.root
+        cow_slot = None
+        if cow:
+            cow_slot, usable = self._part.copy_state(node, self._make_room)
+            if not usable:  # no slot to copy the state into: a hit is unusable
+                path, node = [], self.root
         for visited in path:
             visited.hit_count += 1  # before the touch, which re-queues the leaf (LFU)
         self.tree.touch(node)
         values = [n.value for n in path if n.value is not None]
         indices = torch.cat(values) if values else self._no_indices
-        return MatchResult(indices=indices, last_node=node, prefix_len=indices.numel())
+        prefix_len = indices.numel()
+        branching = walk.end if self._part.branches and walk.end > prefix_len else None
+        return self._match_result(indices, node, prefix_len, branching, cow_slot)
 
-    def _split_where_it_ends(self, walk: Descent) -> list[TreeNode]:
+    _match_result: type[MatchResult] = MatchResult  # MambaRadixCache: MambaMatchResult
+
+    def _make_room(self, keep: TreeNode) -> None:
+        """Free one state for a copy of ``keep``'s, which must survive (copy-on-write)."""
+        self.inc_lock_ref(keep)
+        self.evict(0, 1)
+        self.dec_lock_ref(keep)
+
+    def _split_where_it_ends(self, walk: Descent[TreeNode]) -> list[TreeNode]:
         """The walked path, its last node cut where the key ends inside it."""
         if walk.partial is not None:
             walk.path.append(self.tree.split(walk.partial, walk.partial_len))
@@ -184,26 +234,35 @@ class RadixCache(BasePrefixCache):
         and stays the caller's. ``priority`` raises every node the key covers to at least
         that priority (``eviction_policy="priority"`` evicts lower ones first).
         """
-        priority = insert_keywords(
+        keywords = insert_keywords(
             {"prev_prefix_len": prev_prefix_len, "swa_evicted_seqlen": swa_evicted_seqlen, **kwargs}
-        ).priority
-        self._attention.check_insert(prev_prefix_len, swa_evicted_seqlen)
+        )
+        return self._insert(key, value, keywords)
+
+    def _insert(
+        self, key: RadixKey, value: torch.Tensor | None, kw: InsertKeywords
+    ) -> InsertResult:
+        """Every cache's insert, its keywords checked (``insert_keywords``)."""
+        prev_prefix_len, swa_evicted_seqlen = kw.prev_prefix_len, kw.swa_evicted_seqlen
+        self._part.check_insert(prev_prefix_len, swa_evicted_seqlen)
         with read_key(key, self.page_size, self.tree.packed) as found:
             # Not a copy: what the tree keeps it copies when it stores it.
             indices = aligned_value(found, value, self.device)
             walk = self.tree.descend(found)
             new = found.new_part(walk.end)  # a checked copy: the tree stores it
+        self._part.check_new(new, kw.mamba_slot)
         path = self._split_where_it_ends(walk)
         matched = walk.end
-        settled = self._attention.insert_overlap(path, indices, prev_prefix_len, swa_evicted_seqlen)
+        settled = self._part.insert_overlap(path, indices, prev_prefix_len, swa_evicted_seqlen)
         node = cached_end = settled or self.root
         if new:
             node = self._add_suffix(
                 node, new, found.extra_key, indices, matched, swa_evicted_seqlen
             )
-        apply_priority(node, cached_end, priority)  # before the touch: it re-queues the leaf
+        exist = self._part.settle_end(node, kw.mamba_slot, node is not cached_end)
+        apply_priority(node, cached_end, kw.priority)  # before the touch: it re-queues the leaf
         self.tree.touch(node)
-        return InsertResult(prefix_len=matched, last_node=node)
+        return InsertResult(prefix_len=matched, last_node=node, mamba_exist=exist)
 
     def _add_suffix(
         self,
@@ -217,13 +276,13 @@ class RadixCache(BasePrefixCache):
         """Cache ``new``, the key's tokens from ``start`` on, below ``parent``; returns the
         node ending it."""
         end = start + token_count(new)
-        live_from = self._attention.suffix_split(start, end, swa_evicted_seqlen)
+        live_from = self._part.suffix_split(start, end, swa_evicted_seqlen)
         if live_from == end:  # all of it lost its SWA KV: nothing worth caching
             free_indices(self.token_to_kv_pool_allocator, value[start:])
             return parent
         if live_from > start:
             lost, new = span(new, 0, live_from - start), span(new, live_from - start, end - start)
-            parent = self._attention.add_tombstone(
+            parent = self._part.add_tombstone(
                 parent, lost, extra_key, value[start:live_from].clone()
             )
         # A private copy: callers pass views of request rows they go on overwriting.
@@ -233,7 +292,8 @@ class RadixCache(BasePrefixCache):
 
     def evict(self, num_tokens: int, swa_num_tokens: int = 0) -> EvictResult:
         """Delete unlocked leaves in the eviction policy's order (least recently used first
-        by default) until ``num_tokens`` are freed.
+        by default) until ``num_tokens`` are freed, then let the part free its own until
+        ``swa_num_tokens`` (SWA tokens, or Mamba state slots) are freed.
 
         A parent left childless becomes a candidate. Whole nodes go, so the count may
         overshoot by less than one node; it falls short only when nothing is evictable.
@@ -246,18 +306,18 @@ class RadixCache(BasePrefixCache):
             if leaf is None:
                 break
             self._delete_with_tombstones(leaf, result)  # a parent left a leaf is queued
-        self._attention.evict(swa_num_tokens, result, self._delete_with_tombstones)
+        self._part.evict(swa_num_tokens, result, self._delete_with_tombstones)
         return result
 
     def _delete_with_tombstones(self, leaf: TreeNode, result: EvictResult) -> None:
         """Delete ``leaf`` and the tombstones it leaves as leaves.
 
-        Leaves are never tombstones: a tombstone leaf could never be matched.
+        Leaves are never tombstones (SWA or Mamba): a tombstone leaf could never be matched.
         """
         parent = leaf.parent
         assert parent is not None
         self._delete_leaf(leaf, result)
-        while parent.swa_tombstone and self.tree.is_evictable_leaf(parent):
+        while self._part.tombstone(parent) and self.tree.is_evictable_leaf(parent):
             above = parent.parent
             assert above is not None
             self._delete_leaf(parent, result)
@@ -266,8 +326,8 @@ class RadixCache(BasePrefixCache):
     def _delete_leaf(self, leaf: TreeNode, result: EvictResult) -> None:
         self.tree.delete_leaf(leaf)
         result.full_evicted += leaf.length
-        result.swa_evicted += self._attention.swa_tokens(leaf)
-        self._free(leaf)
+        self._free(leaf)  # KV first, then what the part held: the order SPEC.md promises
+        self._part.evicted(leaf, result)
         leaf.value = None
         self._report_evicted(leaf)
 
@@ -291,9 +351,9 @@ class RadixCache(BasePrefixCache):
         if node is None or node is self.root:
             return None
         node = self.tree.require_live(node)
-        self._attention.check_lock(node)
+        self._part.check_lock(node)
         self.tree.lock(node)
-        return self._attention.lock(node)
+        return self._part.lock(node)
 
     def dec_lock_ref(self, node: Any, swa_boundary_id: int | None = None, **kwargs: Any) -> None:
         """Undo one ``inc_lock_ref(node)``; an unlock that no lock matches is a LockError."""
@@ -303,8 +363,8 @@ class RadixCache(BasePrefixCache):
         node = self.tree.require_live(node)
         if node.held_locks == 0:
             raise LockError(f"dec_lock_ref on a node that holds no lock: {node!r}")
-        self._attention.check_unlock(node, swa_boundary_id)
-        self._attention.unlock(node, swa_boundary_id)
+        self._part.check_unlock(node, swa_boundary_id)
+        self._part.unlock(node, swa_boundary_id)
         self.tree.unlock(node)
 
     # ---- hashing -----------------------------------------------------------------------
@@ -323,12 +383,13 @@ class RadixCache(BasePrefixCache):
     # ---- debugging ---------------------------------------------------------------------
 
     def check_invariants(self) -> None:
-        """Check every structural invariant of SPEC.md (INV-1..9); O(size of the tree).
+        """Check every structural invariant of SPEC.md (INV-1..9) and the part's (SWA:
+        INV-20..22, Mamba: INV-30..33); O(size of the tree).
 
         For tests and the state machines: raises InvariantViolation naming the INV id.
         """
         check_tree(self.tree)
-        self._attention.check()
+        self._part.check()
 
     def pretty_print(self) -> None:
         """Print the tree, one node a line, and the size counters."""
@@ -336,8 +397,11 @@ class RadixCache(BasePrefixCache):
             print(line)
 
     def _pretty_lines(self) -> Iterator[str]:
-        yield (
-            f"RadixCache(page_size={self.page_size}) total={self.total_size()} "
-            f"evictable={self.evictable_size()} protected={self.protected_size()}"
+        yield " ".join(
+            (
+                f"{type(self).__name__}(page_size={self.page_size}) total={self.total_size()}",
+                f"evictable={self.evictable_size()} protected={self.protected_size()}",
+                *self._part.sizes(),
+            )
         )
         yield from self.tree.lines()

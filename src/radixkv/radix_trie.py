@@ -156,7 +156,7 @@ class RadixTrie:
         self.tree.touch(end)
         return end, [block for n in walk.path for block in self._node(n).blocks]
 
-    def _end_of(self, walk: Descent, start: TrieNode) -> TrieNode:
+    def _end_of(self, walk: Descent[Any], start: TrieNode) -> TrieNode:
         """The node a walk from ``start`` ends at, cutting the node the key ends inside."""
         if walk.partial is not None:
             walk.path.append(self.tree.split(self._node(walk.partial), walk.partial_len))

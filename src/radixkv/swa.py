@@ -19,75 +19,39 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from collections.abc import Callable, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-from radixkv.arguments import require_no_boundary
-from radixkv.base import EvictResult, free_indices
+from radixkv.base import EvictResult, RadixKey, free_indices
 from radixkv.errors import LockError, UsageError
 from radixkv.invariants import require
 from radixkv.keys import KeyData
-from radixkv.tree import Tree, TreeNode, path_to_root
+from radixkv.part import Delete, Part
+from radixkv.tree import Descent, Tree, TreeNode, path_to_root
 
-Delete = Callable[[TreeNode, EvictResult], None]  # the cache's delete-a-leaf-with-cascade
 
+class SwaTreeNode(TreeNode):
+    """A node of a cache with a sliding window: ``swa_tombstone`` (its SWA KV was freed)
+    and ``swa_lock_ref`` (the SWA lock windows covering it) are the part's, kept here
+    rather than on every ``TreeNode``."""
 
-class FullAttention:
-    """Every cached token is usable; an insert's duplicates stay the caller's to free."""
+    __slots__ = ("swa_lock_ref", "swa_tombstone")
 
-    def match_end(self, path: Sequence[TreeNode]) -> int:
-        return len(path)
-
-    def insert_overlap(
-        self, path: list[TreeNode], value: torch.Tensor, prev_prefix_len: int, swa_evicted: int
-    ) -> TreeNode | None:
-        return path[-1] if path else None
-
-    def suffix_split(self, start: int, end: int, swa_evicted: int) -> int:
-        """Where the new suffix [start, end) turns live; ``end`` means: add nothing."""
-        return start
-
-    def add_tombstone(
-        self, parent: TreeNode, data: KeyData, extra_key: str | None, value: torch.Tensor
-    ) -> TreeNode:
-        raise AssertionError("full attention never adds a tombstone (suffix_split)")
-
-    def check_insert(self, prev_prefix_len: int, swa_evicted: int) -> None:
-        pass
-
-    def check_lock(self, node: TreeNode) -> None:
-        pass
-
-    def lock(self, node: TreeNode) -> int | None:
-        return None
-
-    def check_unlock(self, node: TreeNode, boundary: int | None) -> None:
-        require_no_boundary(boundary)
-
-    def unlock(self, node: TreeNode, boundary: int | None) -> None:
-        pass
-
-    def swa_tokens(self, node: TreeNode) -> int:
-        """The SWA tokens deleting ``node`` frees."""
-        return 0
-
-    def evict(self, swa_num_tokens: int, result: EvictResult, delete: Delete) -> None:
-        pass
-
-    def reset(self) -> None:
-        pass
-
-    def evictable_size(self) -> int:
-        return 0
-
-    def protected_size(self) -> int:
-        return 0
-
-    def check(self) -> None:
-        pass
+    def __init__(
+        self,
+        node_id: int = 1,
+        key: RadixKey | KeyData | None = None,
+        value: torch.Tensor | None = None,
+        parent: TreeNode | None = None,
+        last_access_time: float = 0.0,
+        extra_key: str | None = None,
+    ) -> None:
+        super().__init__(node_id, key, value, parent, last_access_time, extra_key)
+        self.swa_lock_ref = 0
+        self.swa_tombstone = False
 
 
 @dataclass(frozen=True)
@@ -98,8 +62,16 @@ class WindowLock:
     ``top``; splits never move token positions, so the record stays exact across them.
     """
 
-    node: TreeNode
+    node: SwaTreeNode
     top: int
+
+
+def _segments(walk: Descent[SwaTreeNode]) -> Iterator[tuple[bool, int]]:
+    """``(tombstone, tokens)`` of each node a match may keep, the split-off part last."""
+    for node in walk.path:
+        yield node.swa_tombstone, node.length
+    if walk.partial is not None:
+        yield walk.partial.swa_tombstone, walk.partial_len
 
 
 def start_of(node: TreeNode) -> int:
@@ -107,10 +79,12 @@ def start_of(node: TreeNode) -> int:
     return sum(n.length for n in path_to_root(node)) - node.length
 
 
-class SlidingWindow(FullAttention):
+class SlidingWindow(Part[SwaTreeNode]):
     """The SWA part: tombstones, window-constrained matches, SWA locks, SWA eviction."""
 
-    def __init__(self, tree: Tree[TreeNode], allocator: Any, window: int) -> None:
+    node_class = SwaTreeNode
+
+    def __init__(self, tree: Tree[SwaTreeNode], allocator: Any, window: int) -> None:
         if allocator is not None and not callable(getattr(allocator, "free_swa", None)):
             raise UsageError(
                 "sliding_window_size needs an allocator with free_swa(indices): freeing "
@@ -129,20 +103,22 @@ class SlidingWindow(FullAttention):
 
     # ---- match ---------------------------------------------------------------------------
 
-    def match_end(self, path: Sequence[TreeNode]) -> int:
-        """How many nodes of a matched path a match may keep: the longest valid prefix."""
+    def match_end(self, walk: Descent[SwaTreeNode]) -> tuple[int, bool]:
+        """The longest valid prefix of the walked path. The node the key ends inside is
+        split whether or not the match keeps its upper part (sglang's SWA match splits
+        as it walks); the upper part is as much a tombstone as the node it comes from."""
         best, live = 0, None  # live: tokens since the last tombstone (None: no tombstone)
-        for depth, node in enumerate(path, 1):
-            live = 0 if node.swa_tombstone else (None if live is None else live + node.length)
+        for depth, (tombstone, length) in enumerate(_segments(walk), 1):
+            live = 0 if tombstone else (None if live is None else live + length)
             if live is None or live >= self.window:
                 best = depth
-        return best
+        return best, walk.partial is not None
 
     # ---- insert --------------------------------------------------------------------------
 
     def insert_overlap(
-        self, path: list[TreeNode], value: torch.Tensor, prev_prefix_len: int, swa_evicted: int
-    ) -> TreeNode | None:
+        self, path: list[SwaTreeNode], value: torch.Tensor, prev_prefix_len: int, swa_evicted: int
+    ) -> SwaTreeNode | None:
         """Take ownership of the caller's indices over the cached part of the key.
 
         Below ``prev_prefix_len`` the caller's indices are the tree's own (it matched
@@ -160,8 +136,8 @@ class SlidingWindow(FullAttention):
         return last
 
     def _settle(
-        self, node: TreeNode, start: int, value: torch.Tensor, prev: int, swa_evicted: int
-    ) -> TreeNode:
+        self, node: SwaTreeNode, start: int, value: torch.Tensor, prev: int, swa_evicted: int
+    ) -> SwaTreeNode:
         if start < prev:  # the upper part is the caller's protected prefix: the tree's own
             self.tree.split(node, prev - start)
             start = prev
@@ -186,8 +162,8 @@ class SlidingWindow(FullAttention):
         return min(max(start, swa_evicted), end)
 
     def add_tombstone(
-        self, parent: TreeNode, data: KeyData, extra_key: str | None, value: torch.Tensor
-    ) -> TreeNode:
+        self, parent: SwaTreeNode, data: KeyData, extra_key: str | None, value: torch.Tensor
+    ) -> SwaTreeNode:
         """A new node for tokens whose SWA KV the caller already freed (it gets a child)."""
         node = self.tree.add_leaf(parent, data, extra_key, value)
         node.swa_tombstone = True
@@ -202,14 +178,14 @@ class SlidingWindow(FullAttention):
             if n % p:
                 raise UsageError(f"{name} must be a multiple of page_size {p}, got {n}")
 
-    def check_lock(self, node: TreeNode) -> None:
+    def check_lock(self, node: SwaTreeNode) -> None:
         if node.swa_tombstone:
             raise UsageError(
                 f"node {node.id} is a tombstone (its sliding-window KV was freed): "
                 "lock the last_node of a match instead"
             )
 
-    def lock(self, node: TreeNode) -> int:
+    def lock(self, node: SwaTreeNode) -> int:
         """SWA-lock the live nodes from ``node`` up until they hold W tokens; returns the id."""
         covered, top = 0, start_of(node) + node.length
         for n in path_to_root(node):
@@ -225,10 +201,10 @@ class SlidingWindow(FullAttention):
         self._locks[lock_id] = WindowLock(node, top)
         return lock_id
 
-    def check_unlock(self, node: TreeNode, boundary: int | None) -> None:
+    def check_unlock(self, node: SwaTreeNode, boundary: int | None) -> None:
         self._record(node, boundary)
 
-    def unlock(self, node: TreeNode, boundary: int | None) -> None:
+    def unlock(self, node: SwaTreeNode, boundary: int | None) -> None:
         lock_id, record = self._record(node, boundary)
         del self._locks[lock_id]
         for n in self._window_nodes(record):
@@ -237,7 +213,7 @@ class SlidingWindow(FullAttention):
                 self._protected -= n.length
                 self._evictable += n.length
 
-    def _record(self, node: TreeNode, boundary: int | None) -> tuple[int, WindowLock]:
+    def _record(self, node: SwaTreeNode, boundary: int | None) -> tuple[int, WindowLock]:
         """The lock to undo: the one ``boundary`` (a swa_boundary_id) names, or the newest
         on ``node``."""
         if boundary is None:
@@ -250,7 +226,7 @@ class SlidingWindow(FullAttention):
             raise LockError(f"swa_boundary_id {boundary!r} is not a lock held on node {node.id}")
         return boundary, record
 
-    def _window_nodes(self, record: WindowLock) -> list[TreeNode]:
+    def _window_nodes(self, record: WindowLock) -> list[SwaTreeNode]:
         """The nodes a lock's window covers, bottom up (splits may have added some)."""
         nodes, start = [], start_of(record.node) + len(record.node)
         for n in path_to_root(record.node):
@@ -262,18 +238,25 @@ class SlidingWindow(FullAttention):
 
     # ---- sizes and deletion ----------------------------------------------------------------
 
-    def _added(self, node: TreeNode) -> None:
+    def _added(self, node: SwaTreeNode) -> None:
         self._evictable += node.length  # a new leaf is live and unlocked
 
-    def _deleted(self, node: TreeNode) -> None:
+    def _deleted(self, node: SwaTreeNode) -> None:
         self._evictable -= self.swa_tokens(node)  # a deleted node holds no SWA lock
 
-    def _split(self, upper: TreeNode, lower: TreeNode) -> None:
+    def _split(self, upper: SwaTreeNode, lower: SwaTreeNode) -> None:
         upper.swa_lock_ref = lower.swa_lock_ref  # a window over the lower part covers it too
         upper.swa_tombstone = lower.swa_tombstone
 
-    def swa_tokens(self, node: TreeNode) -> int:
+    def swa_tokens(self, node: SwaTreeNode) -> int:
+        """The SWA tokens deleting ``node`` frees."""
         return 0 if node.swa_tombstone else node.length
+
+    def tombstone(self, node: SwaTreeNode) -> bool:
+        return node.swa_tombstone
+
+    def evicted(self, node: SwaTreeNode, result: EvictResult) -> None:
+        result.swa_evicted += self.swa_tokens(node)
 
     def evictable_size(self) -> int:
         return self._evictable
@@ -285,9 +268,13 @@ class SlidingWindow(FullAttention):
         self._evictable = self._protected = 0
         self._locks.clear()
 
+    def sizes(self) -> Iterator[str]:
+        yield f"swa_evictable={self._evictable}"
+        yield f"swa_protected={self._protected}"
+
     # ---- eviction ------------------------------------------------------------------------
 
-    def evict(self, swa_num_tokens: int, result: EvictResult, delete: Delete) -> None:
+    def evict(self, swa_num_tokens: int, result: EvictResult, delete: Delete[SwaTreeNode]) -> None:
         """Phase 2: free SWA KV, least recently used first, until ``swa_num_tokens`` are freed.
 
         An SWA-unlocked internal node becomes a tombstone; an unlocked leaf goes whole
@@ -306,11 +293,11 @@ class SlidingWindow(FullAttention):
             else:
                 delete(node, result)
 
-    def _can_drop_swa(self, node: TreeNode) -> bool:
+    def _can_drop_swa(self, node: SwaTreeNode) -> bool:
         # A locked leaf is always SWA-locked too: its window starts with it.
         return not node.swa_tombstone and node.swa_lock_ref == 0
 
-    def _tombstone(self, node: TreeNode, result: EvictResult) -> None:
+    def _tombstone(self, node: SwaTreeNode, result: EvictResult) -> None:
         if self.allocator is not None:
             self.allocator.free_swa(node.value)
         node.swa_tombstone = True

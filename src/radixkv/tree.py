@@ -17,7 +17,7 @@ from __future__ import annotations
 import heapq
 import itertools
 from collections.abc import Callable, Iterator
-from typing import Generic, TypeVar, cast
+from typing import Any, Generic, TypeVar, cast
 
 import torch
 
@@ -68,11 +68,14 @@ class TreeNode:
         "lock_ref",
         "parent",
         "priority",
-        "swa_boundary_id",
-        "swa_lock_ref",
-        "swa_tombstone",
         "value",
     )
+
+    # The seed's sliding-window fields, read-only here: a part keeps what it adds to a node
+    # on its own node class (swa.py's SwaTreeNode), so a plain node carries none of it.
+    swa_lock_ref: int = 0
+    swa_tombstone: bool = False
+    swa_boundary_id: int | None = None
 
     def __init__(
         self,
@@ -101,9 +104,6 @@ class TreeNode:
         self.value = value
         self.lock_ref = 0
         self.held_locks = 0
-        self.swa_lock_ref = 0
-        self.swa_tombstone = False
-        self.swa_boundary_id: int | None = None
         self.last_access_time = last_access_time
         self.hit_count = 0
         self.birth = node_id
@@ -220,15 +220,15 @@ def split_node(node: N, split_len: int, new_id: int, page_size: int) -> N:
     return upper
 
 
-class Descent:
+class Descent(Generic[N]):
     """Where a key leads in a tree, without changing it (see ``descend``)."""
 
     __slots__ = ("matched", "partial", "partial_len", "path")
 
     def __init__(self) -> None:
-        self.path: list[TreeNode] = []  # the nodes matched whole, root excluded
+        self.path: list[N] = []  # the nodes matched whole, root excluded
         self.matched = 0  # tokens covered by ``path``
-        self.partial: TreeNode | None = None  # the next node, if the key ends inside it
+        self.partial: N | None = None  # the next node, if the key ends inside it
         self.partial_len = 0  # page-aligned tokens of ``partial`` the key shares
 
     @property
@@ -242,7 +242,7 @@ def holds_packed(root: TreeNode) -> bool:
     return type(root.data) is bytes
 
 
-def descend(root: TreeNode, key: KeyRead, page_size: int) -> Descent:
+def descend(root: N, key: KeyRead, page_size: int) -> Descent[N]:
     """Follow ``key`` down from ``root`` as far as whole pages match; never splits.
 
     The first key holding a bigram (tuple) token turns the tree's packed keys into tuples
@@ -250,14 +250,14 @@ def descend(root: TreeNode, key: KeyRead, page_size: int) -> Descent:
     """
     if not key.packed and holds_packed(root):
         recode_tree(root, page_size)
-    out = Descent()
+    out: Descent[N] = Descent()
     node, path, extra_key = root, out.path, key.extra_key
     # Positions are items of the key data (bytes when packed): no conversions in the loop.
     w = key.width
     page, end = page_size * w, len(key.data)
     at = 0
     while at < end:
-        child = node.children.get((extra_key, key.page(at, page)))
+        child: Any = node.children.get((extra_key, key.page(at, page)))  # an N, as ``root``
         if child is None:
             break
         same = key.shared(child.data, at) // page * page
@@ -308,12 +308,13 @@ class Tree(Generic[N]):
     Mamba states, RadixTrie's blocks and sequence sets); those parts read and change the
     tree only through this public surface and learn about changes of shape from three
     hooks, lists of callables the tree calls after each change (empty lists cost one
-    truth test):
+    truth test), and from a fourth when recency changes:
 
     - ``on_added(leaf)``: a leaf was added (``add_leaf``);
     - ``on_deleted(leaf)``: a leaf was unlinked (``delete_leaf``); its ``value`` is still
       set, so a listener can read what it held; the cache frees it afterwards;
-    - ``on_split(upper, lower)``: ``lower`` was cut and ``upper`` took its place above it.
+    - ``on_split(upper, lower)``: ``lower`` was cut and ``upper`` took its place above it;
+    - ``on_touched(node)``: ``node`` and its ancestors were stamped with a new tick.
 
     Sizes count tokens: ``evictable_size`` those in nodes no lock covers, ``protected_size``
     those in locked nodes. Recency is the clock's tick stamped on a touched path; the
@@ -345,6 +346,7 @@ class Tree(Generic[N]):
         self.on_added: list[Hook[N]] = []
         self.on_deleted: list[Hook[N]] = []
         self.on_split: list[SplitHook[N]] = []
+        self.on_touched: list[Hook[N]] = []
         self.root = self._new_root()
         self.evictable_size = 0
         self.protected_size = 0
@@ -383,7 +385,7 @@ class Tree(Generic[N]):
         """Whether the tree holds packed key data (keys.py), not token tuples."""
         return holds_packed(self.root)
 
-    def descend(self, key: KeyRead, start: N | None = None) -> Descent:
+    def descend(self, key: KeyRead, start: N | None = None) -> Descent[N]:
         """Where ``key`` leads from ``start`` (default: the root; ``descend``); never splits.
 
         A key that turns the tree's packed keys into tuples turns all of them, not only
@@ -455,6 +457,9 @@ class Tree(Generic[N]):
             n.last_access_time = now
         if node in self.leaves:  # only the deepest node can be a leaf
             self._push(node)
+        if self.on_touched:
+            for hook in self.on_touched:
+                hook(node)
 
     def is_evictable_leaf(self, node: N) -> bool:
         return node is not self.root and not node.children and node.lock_ref == 0
