@@ -23,6 +23,8 @@ from radixkv_conformance.machines import machine_for
 from radixkv_conformance.profile import RADIXKV, RADIXKV_MAMBA, RADIXKV_SWA
 from radixkv_conformance.trace import replay
 
+pytestmark = pytest.mark.search  # kit searches: run once, not again on the pure key path
+
 SEARCH = settings(
     max_examples=150, stateful_step_count=25, deadline=None, database=None, derandomize=True
 )

@@ -19,6 +19,8 @@ from radixkv_conformance.findings import Violation, finding_id
 from radixkv_conformance.machines import machine_for
 from radixkv_conformance.trace import replay
 
+pytestmark = pytest.mark.search  # kit searches: run once, not again on the pure key path
+
 SEARCH = settings(
     max_examples=200, stateful_step_count=25, deadline=None, database=None, derandomize=True
 )

@@ -127,8 +127,9 @@ INVARIANTS: Final[dict[str, str]] = {
     ),
     "INV-41": "Events, removed: a BlockRemoved names only stored pages, each once.",
     "INV-42": (
-        "Events, hashes: every stored hash is hash_to_int64 of the spec's page hash of its "
-        "namespace and root path, so a router recomputes it from tokens and namespace."
+        "Events, hashes: every stored hash's unsigned 64 bits are hash_to_int64 of the spec's "
+        "page hash of its namespace and root path, so a router recomputes it from tokens and "
+        "namespace."
     ),
     "INV-43": (
         "Events, replay: the pages rebuilt from the stream (AllBlocksCleared empties them) "

@@ -278,7 +278,9 @@ class ConformanceMachine(RuleBasedStateMachine):
         with self.checking("setup"):
             self.sut: Any = self.session.factory(page_size, KitHost(self, window))
         self.page_stream = (
-            EventsOracle(page_size, self.profile.event_hashes) if self.has("events") else None
+            EventsOracle(page_size, self.profile.event_hashes, self.profile.event_layout)
+            if self.has("events")
+            else None
         )
         self.count("runs")
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Literal
 
-from radixkv_spec.events import HashPolicy
+from radixkv_spec.events import HashPolicy, Layout
 from radixkv_spec.policies import (
     ANY_LEAF,
     DEEPEST_STATE,
@@ -93,6 +93,10 @@ class Profile:
         windows: the sliding windows the SWA rules draw from.
         event_hashes: ``"radixkv"``: KV events carry SPEC.md §9's page hashes (checked);
             ``"opaque"``: the engine's own hashes, checked as names only.
+        event_layout: the field layout of the engine's event records: ``"sglang"`` (radixkv,
+            sglang: the namespace in ``extra_key`` / ``cache_salt``) or ``"vllm"`` (vLLM 0.33:
+            slot 7 is ``lora_name``, the salt travels in ``cache_salt`` or the first block's
+            ``extra_keys``); records are read by field name, as maps or tagged arrays.
         page_hashes: the same choice for capability ``hashing``: ``"radixkv"`` (each hash is
             the spec's) or ``"opaque"`` (the engine's own: checked for consistency only: one
             page path, one hash, in every call; different paths, different hashes).
@@ -128,6 +132,7 @@ class Profile:
     page_sizes: tuple[int, ...] = (1, 2, 4, 16)
     windows: tuple[int, ...] = (1, 2, 4, 8)
     event_hashes: HashPolicy = "radixkv"
+    event_layout: Layout = "sglang"
     page_hashes: HashPolicy = "radixkv"
     reset_while_held: ResetWhileHeld = "resets"
     eviction_report: EvictionReport = "per-node"
@@ -155,6 +160,8 @@ class Profile:
         ):
             if value not in ("radixkv", "opaque"):
                 raise ValueError(f"{field} must be radixkv or opaque: {value!r}")
+        if self.event_layout not in ("sglang", "vllm"):
+            raise ValueError(f"event_layout must be sglang or vllm: {self.event_layout!r}")
         if self.reset_while_held not in ("resets", "refused"):
             raise ValueError(
                 f"reset_while_held must be resets or refused: {self.reset_while_held!r}"
@@ -270,6 +277,7 @@ def describe(profile: Profile) -> list[str]:
         f"stores={profile.stores}",
         f"match_may_split={profile.match_may_split}",
         f"event_hashes={profile.event_hashes}",
+        f"event_layout={profile.event_layout}",
         f"page_hashes={profile.page_hashes}",
         f"reset_while_held={profile.reset_while_held}",
         f"eviction_report={profile.eviction_report}",

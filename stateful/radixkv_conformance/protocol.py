@@ -311,10 +311,11 @@ class EventsAdapter(Protocol):
     says ``event_hashes="opaque"`` (the engine's own hashes: checked as names only).
     """
 
-    def take_events(self) -> list[list[Any]]:
-        """The records emitted since the last call, oldest first, each in its wire form: the
-        tag (``"BlockStored"``, ``"BlockRemoved"``, ``"AllBlocksCleared"``) and then the
-        fields in order (``radixkv_spec.events.parse_record``)."""
+    def take_events(self) -> list[Any]:
+        """The records emitted since the last call, oldest first, each in its wire form: a
+        map tagged ``type`` (``"BlockStored"``, ``"BlockRemoved"``, ``"AllBlocksCleared"``)
+        or a tagged array, read by field name in the profile's ``event_layout``
+        (``radixkv_spec.events.parse_record``)."""
 
 
 CAPABILITY_PROTOCOLS: dict[str, tuple[type[Any], dict[str, tuple[str, ...]]]] = {
