@@ -18,10 +18,9 @@ from radixkv import (
     RadixCache,
     RadixKey,
     TokenTypeError,
-    TreeNode,
     UsageError,
 )
-from radixkv.eviction import LRU, SortKey
+from radixkv.eviction import LRU, Ranked, SortKey
 
 from .helpers import play_five_leaves, snapshot
 
@@ -234,7 +233,7 @@ class _MostHitFirst:
 
     name = "most-hit"
 
-    def key(self, node: TreeNode) -> SortKey:
+    def key(self, node: Ranked) -> SortKey:
         return (-node.hit_count, node.last_access_time, node.id)
 
 

@@ -22,14 +22,34 @@ that: depth or length, say, change when a split cuts a leaf, with no touch of th
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 from radixkv.errors import UsageError
 
-if TYPE_CHECKING:
-    from radixkv.tree import TreeNode
-
 SortKey = tuple[float, ...]
+
+
+class Ranked(Protocol):
+    """What a policy reads of a node (a ``TreeNode`` is one), and what ``apply_priority``
+    writes: the policies know nodes only through this, so the tree depends on them and
+    not the other way round."""
+
+    @property
+    def id(self) -> int: ...
+
+    @property
+    def last_access_time(self) -> float: ...
+
+    @property
+    def hit_count(self) -> int: ...
+
+    @property
+    def birth(self) -> int: ...
+
+    @property
+    def parent(self) -> Ranked | None: ...
+
+    priority: int
 
 
 @runtime_checkable
@@ -39,7 +59,7 @@ class EvictionPolicy(Protocol):
     @property
     def name(self) -> str: ...
 
-    def key(self, node: TreeNode) -> SortKey: ...
+    def key(self, node: Ranked) -> SortKey: ...
 
 
 @dataclass(frozen=True)
@@ -48,8 +68,8 @@ class Lru:
 
     name: str = "lru"
 
-    def key(self, node: TreeNode) -> SortKey:
-        return node.recency()
+    def key(self, node: Ranked) -> SortKey:
+        return (node.last_access_time, node.id)  # TreeNode.recency
 
 
 @dataclass(frozen=True)
@@ -58,7 +78,7 @@ class Lfu:
 
     name: str = "lfu"
 
-    def key(self, node: TreeNode) -> SortKey:
+    def key(self, node: Ranked) -> SortKey:
         return (node.hit_count, node.last_access_time, node.id)
 
 
@@ -68,7 +88,7 @@ class Fifo:
 
     name: str = "fifo"
 
-    def key(self, node: TreeNode) -> SortKey:
+    def key(self, node: Ranked) -> SortKey:
         return (node.birth, node.id)
 
 
@@ -78,7 +98,7 @@ class Mru:
 
     name: str = "mru"
 
-    def key(self, node: TreeNode) -> SortKey:
+    def key(self, node: Ranked) -> SortKey:
         return (-node.last_access_time, -node.id)
 
 
@@ -88,7 +108,7 @@ class Priority:
 
     name: str = "priority"
 
-    def key(self, node: TreeNode) -> SortKey:
+    def key(self, node: Ranked) -> SortKey:
         return (node.priority, node.last_access_time, node.id)
 
 
@@ -116,7 +136,7 @@ def resolve_policy(value: object) -> EvictionPolicy:
     )
 
 
-def apply_priority(end: TreeNode, cached_end: TreeNode, priority: int) -> None:
+def apply_priority(end: Ranked, cached_end: Ranked, priority: int) -> None:
     """An insert's ``priority`` on the path it covers: the nodes it added (from ``end`` up
     to ``cached_end``, excluded) take it; ``cached_end`` and its ancestors (not the root)
     are raised to at least it, since a shared prefix is as precious as its best user."""
