@@ -5,10 +5,10 @@ Kept apart from the cache so that ``LRUList`` can link nodes without importing t
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
-from radixkv.base import RadixKey
-from radixkv.keys import KeyData
 from radixkv.tree import TreeNode
 
 
@@ -37,16 +37,9 @@ class MambaTreeNode(TreeNode):
         "prev",
     )
 
-    def __init__(
-        self,
-        node_id: int = 1,
-        key: RadixKey | KeyData | None = None,
-        value: torch.Tensor | None = None,
-        parent: TreeNode | None = None,
-        last_access_time: float = 0.0,
-        extra_key: str | None = None,
-    ) -> None:
-        super().__init__(node_id, key, value, parent, last_access_time, extra_key)
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        """``TreeNode``'s arguments and defaults (``MambaTreeNode()``: the seed's default)."""
+        super().__init__(*args, **kwargs)
         self.mamba_value: torch.Tensor | None = None
         self.prev: MambaTreeNode | None = None
         self.next: MambaTreeNode | None = None

@@ -14,19 +14,17 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any, Unpack, cast
 
 import torch
 
 from radixkv.arguments import insert_keywords
 from radixkv.base import InsertResult, MatchResult, RadixKey
-from radixkv.events import EventListener
-from radixkv.eviction import EvictionPolicy
 from radixkv.lru_list import LRUList
 from radixkv.mamba_node import MambaTreeNode
 from radixkv.mamba_states import MambaPool, MambaStates, RecencyOrder
 from radixkv.part import Part
-from radixkv.radix_cache import RadixCache
+from radixkv.radix_cache import RadixCache, TreeOptions
 from radixkv.tree import Tree, TreeNode
 
 __all__ = ["LRUList", "MambaMatchResult", "MambaPool", "MambaRadixCache", "MambaTreeNode"]
@@ -64,10 +62,7 @@ class MambaRadixCache(RadixCache):
         token_to_kv_pool_allocator: Any = None,
         mamba_pool: Any = None,
         on_node_evict: Callable[[int], None] | None = None,
-        *,
-        clock: Callable[[], float] | None = None,
-        event_listener: EventListener | None = None,
-        eviction_policy: str | EvictionPolicy = "lru",
+        **options: Unpack[TreeOptions],
     ) -> None:
         self.sliding_window_size = None
         self.mamba_pool: MambaPool | None = mamba_pool
@@ -76,16 +71,9 @@ class MambaRadixCache(RadixCache):
             self._states = MambaStates(cast("Tree[MambaTreeNode]", tree), mamba_pool)
             return cast("Part[TreeNode]", self._states)
 
-        self._build(
-            page_size,
-            token_to_kv_pool_allocator,
-            on_node_evict,
-            clock,
-            event_listener,
-            eviction_policy,
-            MambaTreeNode,
-            states,
-        )
+        self.token_to_kv_pool_allocator = token_to_kv_pool_allocator
+        self.on_node_evict = on_node_evict
+        self._build(page_size, MambaTreeNode, states, **options)
 
     @property
     def root(self) -> MambaTreeNode:

@@ -13,7 +13,7 @@ locks and printing are written once, here, and ask the part at fixed points.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import Any, cast
+from typing import Any, TypedDict, Unpack, cast
 
 import torch
 
@@ -44,6 +44,19 @@ from radixkv.swa import SlidingWindow, SwaTreeNode
 from radixkv.tree import Descent, Tree, TreeNode
 
 
+class TreeOptions(TypedDict, total=False):
+    """The keyword-only options of every tree cache (RadixCache, MambaRadixCache).
+
+    ``clock`` stamps recency (default: a per-cache counter); ``event_listener`` receives
+    the KV events (radixkv.events); ``eviction_policy`` orders the leaves ``evict``
+    deletes (``"lru"`` by default, eviction.py).
+    """
+
+    clock: Callable[[], float] | None
+    event_listener: EventListener | None
+    eviction_policy: str | EvictionPolicy
+
+
 class RadixCache(BasePrefixCache):
     """Radix tree mapping namespaced, page-aligned token prefixes to KV-pool indices.
 
@@ -66,10 +79,7 @@ class RadixCache(BasePrefixCache):
         sliding_window_size: int | None = None,
         token_to_kv_pool_allocator: Any = None,
         on_node_evict: Callable[[int], None] | None = None,
-        *,
-        clock: Callable[[], float] | None = None,
-        event_listener: EventListener | None = None,
-        eviction_policy: str | EvictionPolicy = "lru",
+        **options: Unpack[TreeOptions],
     ) -> None:
         self.sliding_window_size = sliding_window_size
 
@@ -82,34 +92,25 @@ class RadixCache(BasePrefixCache):
             return cast("Part[TreeNode]", part)
 
         node_class = TreeNode if sliding_window_size is None else SwaTreeNode
-        self._build(
-            page_size,
-            token_to_kv_pool_allocator,
-            on_node_evict,
-            clock,
-            event_listener,
-            eviction_policy,
-            node_class,
-            attention,
-        )
+        self.token_to_kv_pool_allocator = token_to_kv_pool_allocator
+        self.on_node_evict = on_node_evict
+        self._build(page_size, node_class, attention, **options)
 
     def _build(
         self,
         page_size: int,
-        token_to_kv_pool_allocator: Any,
-        on_node_evict: Callable[[int], None] | None,
-        clock: Callable[[], float] | None,
-        event_listener: EventListener | None,
-        eviction_policy: str | EvictionPolicy,
         node_class: type[TreeNode],
         make_part: Callable[[Tree[TreeNode]], Part[TreeNode]],
+        *,
+        clock: Callable[[], float] | None = None,
+        event_listener: EventListener | None = None,
+        eviction_policy: str | EvictionPolicy = "lru",
     ) -> None:
-        """The one constructor of every tree cache: the tree, its part, events."""
+        """The one constructor of every tree cache: the tree, its part, events (the
+        allocator and ``on_node_evict`` are set already)."""
         self.page_size = require_int("page_size", page_size, 1)
         policy = resolve_policy(eviction_policy)
-        self.token_to_kv_pool_allocator = token_to_kv_pool_allocator
-        self.on_node_evict = on_node_evict
-        self.device = torch.device(getattr(token_to_kv_pool_allocator, "device", "cpu"))
+        self.device = torch.device(getattr(self.token_to_kv_pool_allocator, "device", "cpu"))
         self.tree: Tree[TreeNode] = Tree(node_class, page_size, self.device, clock, policy)
         self._part = make_part(self.tree)
         # None unless someone listens: then every new node is hashed (SPEC.md, KV events)

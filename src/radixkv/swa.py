@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from radixkv.base import EvictResult, RadixKey, free_indices
+from radixkv.base import EvictResult, free_indices
 from radixkv.errors import LockError, UsageError
 from radixkv.invariants import require
 from radixkv.keys import KeyData
@@ -40,16 +40,9 @@ class SwaTreeNode(TreeNode):
 
     __slots__ = ("swa_lock_ref", "swa_tombstone")
 
-    def __init__(
-        self,
-        node_id: int = 1,
-        key: RadixKey | KeyData | None = None,
-        value: torch.Tensor | None = None,
-        parent: TreeNode | None = None,
-        last_access_time: float = 0.0,
-        extra_key: str | None = None,
-    ) -> None:
-        super().__init__(node_id, key, value, parent, last_access_time, extra_key)
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        """``TreeNode``'s arguments and defaults (``SwaTreeNode()`` is the seed's default node)."""
+        super().__init__(*args, **kwargs)
         self.swa_lock_ref = 0
         self.swa_tombstone = False
 
