@@ -59,8 +59,20 @@ def test_a_shape_passes_under_its_profile_and_only_there(
     own = run_conformance(factory, profile=profile, settings=SEARCH, name=profile.name)
     own.raise_for_failures()
     assert own.stats["evicted tokens"] > 0
+    if profile.allocation == "cache":
+        assert own.stats["tokens evicted to make room"] > 0
     other = run_conformance(factory, profile=RADIXKV, settings=SEARCH, name=f"{profile.name}-rk")
     assert under_radixkv <= {failure.finding for failure in other.failures}
+
+
+def test_a_cache_that_owns_allocation_evicts_to_make_room_and_is_checked_for_it() -> None:
+    """vLLM picks its own blocks and evicts only by allocating: an insert into a full pool
+    frees the least recent page, checked as an eviction victim with the key's prefix held
+    (that such evictions happen and pass is shown by the search of the vLLM shape above)."""
+    locked = functools.partial(planted.vllm_shaped, bugs="locked")
+    found = run_conformance(locked, profile=VLLM, settings=SEARCH, name="owned_locked")
+    ids = {failure.finding for failure in found.failures}
+    assert "INV-11:insert-eviction-to-make-room-locked-victim" in ids, ids
 
 
 RESET_WHILE_HELD = _trace(
@@ -74,7 +86,8 @@ RESET_WHILE_HELD = _trace(
 
 def test_a_reset_while_held_is_refused_under_that_policy() -> None:
     assert replay(RESET_WHILE_HELD, planted.vllm_shaped, VLLM).passed
-    accepts = replay(RESET_WHILE_HELD, planted.factory, VLLM)  # resets while held
+    refusing = RADIXKV.but(name="refusing", reset_while_held="refused")
+    accepts = replay(RESET_WHILE_HELD, planted.factory, refusing)  # resets while held
     assert accepts.finding == "INV-14:reset-while-held", accepts
     refuses = replay(RESET_WHILE_HELD, planted.vllm_shaped, RADIXKV)
     assert refuses.finding == "ValueError:reset@planted.reset", refuses

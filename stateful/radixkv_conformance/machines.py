@@ -903,6 +903,8 @@ class PlainRules(ConformanceMachine):
         so. Indices past the aligned key are the caller's unaligned tail. ``priority`` (an
         adapter with capability ``priority``) is the insert's eviction priority.
         """
+        if self.profile.allocation == "cache":
+            return self.do_owned_insert(tokens, namespace, priority)
         step = self.log("insert", tokens=list(tokens), namespace=namespace, indices=list(indices))
         options = {} if priority is None else {"priority": priority}
         step.update(options)
@@ -931,6 +933,61 @@ class PlainRules(ConformanceMachine):
             self.keys_seen.append(tokens)
             self.count("insert")
             return self.ref(got.handle, namespace, key if profile.stores else ())
+
+    def do_owned_insert(
+        self, tokens: tuple[int, ...], namespace: Namespace, priority: int | None
+    ) -> NodeRef:
+        """Insert into a cache that allocates its own indices (profile ``allocation="cache"``).
+
+        The cache reports the key's indices; its new ones are handed out by the cache (an
+        index it freed earlier may come back). What it frees during the insert is an
+        eviction to make room, checked like one while the key's cached prefix is held.
+        """
+        step = self.log("insert", tokens=list(tokens), namespace=namespace, indices=[])
+        options = {} if priority is None else {"priority": priority}
+        step.update(options)
+        with self.checking("insert"):
+            p = self.page_size
+            key = tokens[: page_align(len(tokens), p)]
+            prefix = key[: cached_len(self.model.table(namespace), key, p)]
+            seen = len(self.events)
+            got = as_inserted(self.sut.insert(tokens, namespace, (), **options))
+            step["observed"] = {"indices": None if got.indices is None else list(got.indices)}
+            if got.indices is None or len(got.indices) != len(key):
+                self.require(False, f"INV-12: insert reported indices {got.indices}", "owned")
+                reject()  # the spec cannot follow an insert whose indices are unknown
+            made_room = [g for kind, g in self.events[seen:] if kind == "free"]
+            if made_room:
+                self.evict_for_room(namespace, prefix, made_room)
+            new = tuple(got.indices[len(prefix) :])
+            self.given.update(new)
+            self.freed.difference_update(new)  # the cache reuses what it freed before
+            self.next_index = max(self.next_index, max(new, default=-1) + 1)
+            expected = self.model.insert(namespace, tokens, tuple(got.indices), **options)
+            step["expect"] = {"prefix_len": expected}
+            self.require(
+                got.prefix_len is None or got.prefix_len == expected,
+                f"INV-12: prefix_len {got.prefix_len}, spec says {expected}",
+            )
+            self.keys_seen.append(tokens)
+            self.count("insert")
+            return self.ref(got.handle, namespace, key)
+
+    def evict_for_room(
+        self, namespace: Namespace, prefix: tuple[int, ...], groups: list[tuple[int, ...]]
+    ) -> None:
+        """Frees during an insert: an eviction of exactly what was freed, with the key's
+        cached prefix held (the cache holds it while it allocates the rest)."""
+        with self.checking("insert: eviction to make room"):
+            if prefix:
+                self.model.lock(namespace, prefix)
+            try:
+                freed = sum(map(len, groups))
+                self.model.apply_eviction(freed, groups, self.waive)
+                self.session.stats["tokens evicted to make room"] += freed
+            finally:
+                if prefix and self.model.handle_count(namespace, prefix):
+                    self.model.unlock(namespace, prefix)
 
     def do_evict(self, num_tokens: int) -> None:
         step = self.log("evict", num_tokens=num_tokens)
@@ -984,7 +1041,7 @@ class PlainRules(ConformanceMachine):
         """A caller with fresh indices for the whole key: it frees what the tree had."""
         namespace = self.draw_namespace(data)
         tokens = self.draw_tokens(data)
-        indices = self.allocate(len(tokens))
+        indices = self.caller_indices(len(tokens))
         return self.do_insert(tokens, namespace, indices, self.draw_priority(data))
 
     @rule(target=ConformanceMachine.nodes, data=st.data())
@@ -994,9 +1051,15 @@ class PlainRules(ConformanceMachine):
         tokens = self.draw_tokens(data)
         self.do_match(tokens, namespace)
         matched = tuple(self.trace[-1]["expect"]["indices"])  # do_match checked the cache's
-        fresh = self.allocate(len(tokens) - len(matched))
+        value = matched + self.caller_indices(len(tokens) - len(matched))
+        if self.profile.allocation == "cache":
+            value = ()
         self.count("extend_request")
-        return self.do_insert(tokens, namespace, matched + fresh, self.draw_priority(data))
+        return self.do_insert(tokens, namespace, value, self.draw_priority(data))
+
+    def caller_indices(self, n: int) -> tuple[int, ...]:
+        """Fresh indices for an insert, or none where the cache allocates its own."""
+        return self.allocate(n) if self.profile.allocation == "caller" else ()
 
     def draw_priority(self, data: st.DataObject) -> int | None:
         """An insert's eviction priority (capability ``priority``), else none passed."""

@@ -37,6 +37,7 @@ from radixkv_spec.tokens import Namespace
 
 Duplicates = Literal["caller", "cache", "kept"]
 ResetWhileHeld = Literal["resets", "refused"]
+Allocation = Literal["caller", "cache"]
 EvictionReport = Literal["per-node", "flat"]
 REFRESHES = frozenset({"insert", "match", "unlock"})
 LockModel = Literal["counts", "sets"]
@@ -100,6 +101,10 @@ class Profile:
         page_hashes: the same choice for capability ``hashing``: ``"radixkv"`` (each hash is
             the spec's) or ``"opaque"`` (the engine's own: checked for consistency only: one
             page path, one hash, in every call; different paths, different hashes).
+        allocation: ``"caller"``: the caller allocates an insert's indices and passes them
+            in; ``"cache"`` (vLLM): ``insert`` gets no indices, picks its own for the new
+            pages and reports the key's in ``Inserted.indices``, and may evict to make room
+            (each such free is checked as an eviction victim, the key's cached prefix held).
         reset_while_held: ``"resets"`` (reset drops everything, held pages included) or
             ``"refused"`` (vLLM: a reset while any page is locked is a usage error that
             changes nothing; with nothing held it resets).
@@ -134,6 +139,7 @@ class Profile:
     event_hashes: HashPolicy = "radixkv"
     event_layout: Layout = "sglang"
     page_hashes: HashPolicy = "radixkv"
+    allocation: Allocation = "caller"
     reset_while_held: ResetWhileHeld = "resets"
     eviction_report: EvictionReport = "per-node"
     namespaces: tuple[Namespace, ...] = (None, "", "a")
@@ -162,6 +168,8 @@ class Profile:
                 raise ValueError(f"{field} must be radixkv or opaque: {value!r}")
         if self.event_layout not in ("sglang", "vllm"):
             raise ValueError(f"event_layout must be sglang or vllm: {self.event_layout!r}")
+        if self.allocation not in ("caller", "cache"):
+            raise ValueError(f"allocation must be caller or cache: {self.allocation!r}")
         if self.reset_while_held not in ("resets", "refused"):
             raise ValueError(
                 f"reset_while_held must be resets or refused: {self.reset_while_held!r}"
@@ -279,6 +287,7 @@ def describe(profile: Profile) -> list[str]:
         f"event_hashes={profile.event_hashes}",
         f"event_layout={profile.event_layout}",
         f"page_hashes={profile.page_hashes}",
+        f"allocation={profile.allocation}",
         f"reset_while_held={profile.reset_while_held}",
         f"eviction_report={profile.eviction_report}",
         f"namespaces={','.join(map(repr, profile.namespaces))}",

@@ -97,12 +97,15 @@ class Inserted(NamedTuple):
     ``prefix_len``: aligned tokens that were cached before (``None`` for a cache that does
     not report it, profile ``duplicates="kept"``). ``handle``: the node ending at the
     aligned key. ``mamba_exist``: Mamba only, whether a state already sat there (the
-    caller then frees its own slot).
+    caller then frees its own slot). ``indices``: under a profile whose cache owns
+    allocation (``allocation="cache"``, vLLM), the indices the aligned key maps to now,
+    the cache's own choice for its new pages.
     """
 
     prefix_len: int | None
     handle: Handle
     mamba_exist: bool | None = None
+    indices: Indices | None = None
 
 
 class Evicted(NamedTuple):

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from radixkv_conformance.profile import RADIXKV
-from radixkv_conformance.protocol import Host, Indices, Sizes
+from radixkv_conformance.protocol import Host, Indices, Inserted, Sizes
 
 PROFILE = RADIXKV
 
@@ -40,6 +40,7 @@ class Shape:
     reset_refused_while_held: bool = False
     flat_evictions: bool = False
     own_hashes: bool = False
+    pool_pages: int = 0  # > 0: the cache owns a pool of this many pages and allocates itself
 
 
 SHAPES = {
@@ -49,6 +50,7 @@ SHAPES = {
         refresh_on_unlock=True,
         reset_refused_while_held=True,
         own_hashes=True,
+        pool_pages=8,
     ),
     "max": Shape(refresh_on_unlock=True, flat_evictions=True),
 }
@@ -57,9 +59,13 @@ PROFILES = {
         name="planted-vllm",
         refresh_on=frozenset({"insert", "unlock"}),
         reset_while_held="refused",
+        allocation="cache",
         page_hashes="opaque",
         namespaces=(None, "a"),
-        notes="vLLM's habits: no refresh on lookup, reset refused while held, own hashes.",
+        notes=(
+            "vLLM's habits: no refresh on lookup, reset refused while held, own hashes, its "
+            "own block pool (an insert evicts to make room)."
+        ),
     ),
     "max_shaped": RADIXKV.but(
         name="planted-max",
@@ -100,6 +106,8 @@ class PageMapCache:
         self.held: Counter[Page] = Counter()  # page -> locks taken at exactly that page
         self.used: dict[Page, int] = {}  # page -> logical time of its last use
         self.clock = 0
+        self.free_pages = list(range(shape.pool_pages))  # page numbers of an owned pool
+        self.pool_size = shape.pool_pages
 
     def _path_pages(self, ns: str | None, tokens: tuple[int, ...]) -> list[Page]:
         p = self.page_size
@@ -127,14 +135,34 @@ class PageMapCache:
         if "crash_insert" in self.bugs:
             assert len(path) != 3, "a key of exactly 3 pages"
         cached = 0
+        held = [q for q in path if q in self.pages]
+        for q in held:  # held while the rest is allocated, so making room spares them
+            self.locks[q] += 1
         for n, page in enumerate(path):
             if page in self.pages:
                 cached += self.page_size
             else:
-                self.pages[page] = tuple(indices[n * self.page_size : (n + 1) * self.page_size])
-                self.locks[page] = 0
+                own = self.shape.pool_pages > 0
+                value = self._allocate() if own else indices[n * self.page_size :][: self.page_size]
+                self.pages[page] = tuple(value)
+                self.locks[page] = 1  # held like the cached prefix until the key is in
+                self.used[page] = self.clock
+                held.append(page)
+        for q in held:
+            self.locks[q] -= 1
         self._touch(path)
         return cached
+
+    def _allocate(self) -> Indices:
+        """A page from the owned pool, evicting the least recent leaf to make room; the pool
+        grows when every page is held (a test cache's simplification: no request waits)."""
+        if not self.free_pages and self._victim() is not None:
+            self.evict(self.page_size)
+        if not self.free_pages:
+            self.free_pages.append(self.pool_size)
+            self.pool_size += 1
+        block, p = self.free_pages.pop(0), self.page_size
+        return tuple(range(block * p, (block + 1) * p))
 
     def lock(self, page: Page) -> None:
         self.held[page] += 1
@@ -179,6 +207,8 @@ class PageMapCache:
                 assert not freed, "evicting more than one page per call"
             indices = self.pages.pop(victim)
             del self.locks[victim], self.used[victim], self.held[victim]
+            if self.shape.pool_pages:
+                self.free_pages.append(indices[0] // self.page_size)
             if self.shape.flat_evictions:
                 freed += indices
             else:
@@ -193,6 +223,8 @@ class PageMapCache:
             raise ValueError("reset while pages are held")
         for indices in self.pages.values():
             self.free(indices)
+            if self.shape.pool_pages:
+                self.free_pages.append(indices[0] // self.page_size)
         self.pages.clear()
         self.locks.clear()
         self.used.clear()
@@ -217,12 +249,12 @@ class PageMapAdapter:
     def match(self, tokens: tuple[int, ...], namespace: str | None) -> tuple[Indices, Page]:
         return self.cache.match(tokens, namespace)
 
-    def insert(
-        self, tokens: tuple[int, ...], namespace: str | None, indices: Indices
-    ) -> tuple[int, Page]:
+    def insert(self, tokens: tuple[int, ...], namespace: str | None, indices: Indices) -> Inserted:
         prefix_len = self.cache.insert(tokens, namespace, indices)
         aligned = len(tokens) // self.page_size * self.page_size
-        return prefix_len, (namespace, tokens[:aligned])
+        page = (namespace, tokens[:aligned])
+        used = tuple(i for q in self.cache._path_pages(*page) for i in self.cache.pages[q])
+        return Inserted(prefix_len, page, indices=used)
 
     def lock(self, handle: Page) -> None:
         self.cache.lock(handle)
