@@ -6,6 +6,7 @@
     radixkv check MODULE:FACTORY --option K=V ...   # factory(page_size, host, K="V", ...)
     radixkv check --replay TRACE.json [MODULE:FACTORY] [--profile P] [--minimize OUT]
     radixkv check --exhaustive N [MODULE:FACTORY]   # every sequence up to N steps
+    radixkv check --states BOUNDS [MODULE:FACTORY]  # every reachable state, breadth first
     radixkv replay [--cache radixkv|sglang] [--requests N] [--page-size P] [--plot FILE]
 
 The profile of policies is, in order: ``--profile NAME`` (a built-in one) or ``--profile
@@ -25,6 +26,7 @@ import importlib
 import importlib.util
 import os
 import sys
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -35,6 +37,8 @@ SETTINGS_PROFILES = ("ci", "dev", "thorough")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    # torch's CPU wheel warns at import when numpy is absent; nothing here needs numpy
+    warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
     parser = _parser()
     args = parser.parse_args(argv)
     if os.getcwd() not in sys.path:  # an adapter in the current folder, as `python -m` finds it
@@ -59,6 +63,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         targets = [(args.target, args.target)] if args.target else list(OWN)
         if args.exhaustive is not None:
             return _exhaustive(args.target, profile_name, args)
+        if args.states is not None:
+            return _states(args.target, profile_name, args)
         return _check(targets, profile_name, args)
     except LookupError as error:
         parser.error(str(error))  # exits with status 2
@@ -83,6 +89,11 @@ def _parser() -> argparse.ArgumentParser:
     )
     check.add_argument(
         "--exhaustive", type=int, metavar="N", help="run every sequence up to N steps instead"
+    )
+    check.add_argument(
+        "--states",
+        metavar="BOUNDS",
+        help="explore every reachable state within BOUNDS (ci, large, or KEY=VALUE,...)",
     )
     check.add_argument(
         "--known",
@@ -196,6 +207,17 @@ def _exhaustive(target: str | None, profile_name: str | None, args: Any) -> int:
         profile = _profile(profile_name, declared)
         explored = [exhaustive.target(target, factory, profile, args.known)]
     return exhaustive.command(explored, args.exhaustive, args.traces)
+
+
+def _states(target: str | None, profile_name: str | None, args: Any) -> int:
+    from radixkv_conformance import exhaustive, states
+
+    explored = exhaustive.own_targets(args.known)
+    if target is not None:
+        factory, declared = load(target, args.option)
+        profile = _profile(profile_name, declared)
+        explored = [exhaustive.target(target, factory, profile, args.known)]
+    return states.command(explored, args.states, args.traces, own=target is None)
 
 
 def _replay(path: Path, target: str | None, profile_name: str | None, args: Any) -> int:

@@ -22,6 +22,7 @@ the report lists them and how often runs hit them.
 
 from __future__ import annotations
 
+import sys
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable
@@ -128,7 +129,7 @@ class ConformanceReport:
             f"{self.name} [{self.profile.name}]: {verdict} in {self.seconds:.1f}s — "
             f"runs {s['runs']}, steps {s['steps']}, invariant checks {s['invariant checks']}",
             f"    capabilities: {', '.join(sorted(self.capabilities)) or 'core only'}",
-            f"    policies: {', '.join(describe(self.profile))}",
+            f"    policies: {', '.join(describe(self.profile, self.capabilities))}",
         ]
         if self.profile.notes:
             lines.append(f"    profile notes: {self.profile.notes}")
@@ -189,6 +190,8 @@ def run_conformance(
         new = [f for f in findings if f.finding_id not in acknowledged]
         if not new:
             break
+        if progress is not None:  # a search with findings runs longer: say why
+            print(f"{name}: minimizing {len(new)} new finding(s) by replay", file=sys.stderr)
         for finding in new[: max_failures - len(report.failures)]:
             report.failures.append(_minimized(finding, factory, profile))
             acknowledged.add(finding.finding_id)  # search on past it

@@ -270,26 +270,42 @@ PROFILES: dict[str, Profile] = {
 """The built-in profiles, by name (``radixkv check --profile NAME``)."""
 
 
-def describe(profile: Profile) -> list[str]:
-    """One line per policy, for reports (which choices the run checked against)."""
-    return [
-        f"victims={profile.victims.name}",
-        f"eviction={profile.eviction.name}",
-        f"duplicates={profile.duplicates}",
-        f"reset_frees={profile.reset_frees}",
-        f"lock_model={profile.lock_model}",
-        f"mamba_match={profile.mamba_match.name}",
-        f"swa_lock_tokens={profile.swa_lock_tokens}",
-        f"swa_insert_args={profile.swa_insert_args}",
-        f"refresh_on={','.join(sorted(profile.refresh_on))}",
-        f"stores={profile.stores}",
-        f"match_may_split={profile.match_may_split}",
-        f"event_hashes={profile.event_hashes}",
-        f"event_layout={profile.event_layout}",
-        f"page_hashes={profile.page_hashes}",
-        f"allocation={profile.allocation}",
-        f"reset_while_held={profile.reset_while_held}",
-        f"eviction_report={profile.eviction_report}",
-        f"namespaces={','.join(map(repr, profile.namespaces))}",
-        f"empty_keys={profile.empty_keys}",
-    ]
+NEEDS = {  # a policy that only matters to an adapter with this capability
+    "mamba_match": "mamba",
+    "swa_lock_tokens": "swa",
+    "swa_insert_args": "swa",
+    "event_hashes": "events",
+    "event_layout": "events",
+    "page_hashes": "hashing",
+    "namespaces": "namespaces",
+    "reset_frees": "reset",
+    "reset_while_held": "reset",
+}
+
+
+def describe(profile: Profile, capabilities: frozenset[str] | None = None) -> list[str]:
+    """One line per policy, for reports (which choices the run checked against); with
+    ``capabilities``, only the policies that apply to an adapter claiming them."""
+    lines = {
+        "victims": profile.victims.name,
+        "eviction": profile.eviction.name,
+        "duplicates": profile.duplicates,
+        "reset_frees": profile.reset_frees,
+        "lock_model": profile.lock_model,
+        "mamba_match": profile.mamba_match.name,
+        "swa_lock_tokens": profile.swa_lock_tokens,
+        "swa_insert_args": profile.swa_insert_args,
+        "refresh_on": ",".join(sorted(profile.refresh_on)),
+        "stores": profile.stores,
+        "match_may_split": profile.match_may_split,
+        "event_hashes": profile.event_hashes,
+        "event_layout": profile.event_layout,
+        "page_hashes": profile.page_hashes,
+        "allocation": profile.allocation,
+        "reset_while_held": profile.reset_while_held,
+        "eviction_report": profile.eviction_report,
+        "namespaces": ",".join(map(repr, profile.namespaces)),
+        "empty_keys": profile.empty_keys,
+    }
+    applies = capabilities if capabilities is not None else frozenset(NEEDS.values())
+    return [f"{k}={v}" for k, v in lines.items() if NEEDS.get(k, "") in applies | {""}]
