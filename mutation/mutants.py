@@ -146,6 +146,9 @@ MUTANTS: tuple[Mutant, ...] = (
         CACHE,
         "        while result.full_evicted < num_tokens:\n            leaf = self.tree.lru_leaf()",
         "        while result.full_evicted <= num_tokens:\n            leaf = self.tree.lru_leaf()",
+        # Half the machine's evictions now take everything (EVICT_ALL, for locked victims), so
+        # the ci run seldom stops exactly at a target: the eviction tests pin the overshoot.
+        f"{RADIX_MACHINE} tests/test_evict.py",
     ),
     Mutant(
         "match-does-not-refresh-recency",

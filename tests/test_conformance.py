@@ -26,7 +26,7 @@ from radixkv_conformance.adapters.radixkv import (
 from radixkv_conformance.cli import main
 from radixkv_conformance.machines import chain_restarted
 from radixkv_conformance.profile import RADIXKV, RADIXKV_MAMBA, RADIXKV_SWA
-from radixkv_conformance.trace import replay
+from radixkv_conformance.replay import replay
 from radixkv_spec.hashing import page_hashes
 
 QUICK = settings(

@@ -30,10 +30,11 @@ from radixkv_conformance.exhaustive import (
     own_targets,
     target,
 )
-from radixkv_conformance.machines import machine_for
 from radixkv_conformance.profile import RADIXKV, RADIXKV_MAMBA, RADIXKV_SWA, Profile
 from radixkv_conformance.protocol import Evicted, Host, Inserted, Matched
-from radixkv_conformance.trace import load, replay
+from radixkv_conformance.registry import machine_for
+from radixkv_conformance.replay import replay
+from radixkv_conformance.trace import load
 
 PAGE_ONE = Alphabet("page 1", {**ALPHABET.domains, "page_size": Fixed((1,)), "window": Fixed((1,))})
 

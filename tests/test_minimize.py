@@ -7,7 +7,7 @@ from typing import Any
 from radixkv_conformance.adapters import broken
 from radixkv_conformance.adapters.radixkv import radix_cache
 from radixkv_conformance.minimize import minimize, without
-from radixkv_conformance.trace import replay
+from radixkv_conformance.replay import replay
 
 UNMATCHED_UNLOCK, EVICT_MISCOUNT = "INV-14:unmatched-unlock", "INV-11:evict-reported-counts"
 

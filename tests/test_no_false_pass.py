@@ -16,8 +16,8 @@ from radixkv_conformance import AdapterError, run_conformance
 from radixkv_conformance.adapters import planted
 from radixkv_conformance.adapters.radixkv import RadixCacheAdapter, mamba, sliding_window
 from radixkv_conformance.findings import Violation, finding_id
-from radixkv_conformance.machines import machine_for
-from radixkv_conformance.trace import replay
+from radixkv_conformance.registry import machine_for
+from radixkv_conformance.replay import replay
 
 pytestmark = pytest.mark.search  # kit searches: run once, not again on the pure key path
 

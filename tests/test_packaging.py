@@ -25,9 +25,14 @@ KIT_MODULES = (
     "radixkv_conformance.protocol",
     "radixkv_conformance.profile",
     "radixkv_conformance.machines",
+    "radixkv_conformance.strategies",
+    "radixkv_conformance.plain_rules",
+    "radixkv_conformance.registry",
+    "radixkv_conformance.targets",
     "radixkv_conformance.swa_rules",
     "radixkv_conformance.mamba_rules",
     "radixkv_conformance.trace",
+    "radixkv_conformance.replay",
     "radixkv_conformance.cli",
 )
 NO_TORCH = f"""

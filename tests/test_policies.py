@@ -16,10 +16,10 @@ from radixkv_conformance import MAX_RADIX_TRIE, RADIXKV, RADIXKV_MAMBA, RADIXKV_
 from radixkv_conformance.adapters import chunk, max_trie
 from radixkv_conformance.adapters.radixkv import mamba, radix_cache, sliding_window
 from radixkv_conformance.conformance import ConformanceReport, run_conformance
-from radixkv_conformance.machines import machine_for
 from radixkv_conformance.profile import describe
 from radixkv_conformance.protocol import Host
-from radixkv_conformance.trace import replay
+from radixkv_conformance.registry import machine_for
+from radixkv_conformance.replay import replay
 from radixkv_spec.invariants import SpecViolation
 from radixkv_spec.mamba import MambaCacheModel
 from radixkv_spec.model import PrefixCacheModel

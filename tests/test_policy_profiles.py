@@ -13,7 +13,7 @@ from hypothesis import Phase, settings
 from radixkv_conformance.adapters import radixkv as adapters
 from radixkv_conformance.conformance import run_conformance
 from radixkv_conformance.profile import RADIXKV_POLICIES
-from radixkv_conformance.trace import replay
+from radixkv_conformance.replay import replay
 from radixkv_spec.invariants import SpecUsageError, SpecViolation
 from radixkv_spec.mamba import MambaCacheModel
 from radixkv_spec.model import PrefixCacheModel

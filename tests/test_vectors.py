@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 from radixkv_conformance.profile import PROFILES, RADIXKV, Profile
-from radixkv_conformance.trace import load, replay
+from radixkv_conformance.replay import replay
+from radixkv_conformance.trace import load
 
 VECTORS = sorted((Path(__file__).parent / "vectors").glob("*.json"))
 CASES = [

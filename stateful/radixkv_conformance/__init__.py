@@ -20,7 +20,7 @@ from radixkv_conformance.conformance import (
     run_conformance,
 )
 from radixkv_conformance.findings import Finding
-from radixkv_conformance.machines import ConformanceMachine, machine_for
+from radixkv_conformance.machines import ConformanceMachine
 from radixkv_conformance.minimize import minimize
 from radixkv_conformance.profile import (
     CHUNK_CACHE,
@@ -43,6 +43,7 @@ from radixkv_conformance.protocol import (
     Sizes,
     require_capabilities,
 )
+from radixkv_conformance.registry import machine_for
 
 __all__ = [
     "CAPABILITIES",

@@ -223,8 +223,9 @@ def _states(target: str | None, profile_name: str | None, args: Any) -> int:
 def _replay(path: Path, target: str | None, profile_name: str | None, args: Any) -> int:
     from radixkv_conformance.minimize import minimize
     from radixkv_conformance.profile import PROFILES
+    from radixkv_conformance.replay import replay
     from radixkv_conformance.trace import load as load_trace
-    from radixkv_conformance.trace import replay, write
+    from radixkv_conformance.trace import write
 
     known, out = args.known, args.minimize
     document = load_trace(path)

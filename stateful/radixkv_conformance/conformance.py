@@ -36,10 +36,11 @@ from hypothesis.reporting import with_reporter
 from hypothesis.stateful import run_state_machine_as_test
 
 from radixkv_conformance.findings import Finding, flatten, invariant_id
-from radixkv_conformance.machines import ConformanceMachine, machine_for, probe_adapter
+from radixkv_conformance.machines import ConformanceMachine
 from radixkv_conformance.minimize import minimize
 from radixkv_conformance.profile import RADIXKV, Profile, describe
 from radixkv_conformance.protocol import CAPABILITIES, AdapterFactory, require_capabilities
+from radixkv_conformance.registry import machine_for, probe_adapter
 
 NOT_RULES = ("runs", "steps", "invariant checks", "evicted tokens", "evicted slots")
 

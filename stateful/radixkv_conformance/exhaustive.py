@@ -759,7 +759,7 @@ def target(label: str, factory: Any, profile: Any, known: Iterable[str] = ()) ->
     the adapter declares (checked up front, as for the random search)."""
 
     def machine() -> type[RuleBasedStateMachine]:
-        from radixkv_conformance.machines import machine_for
+        from radixkv_conformance.registry import machine_for
 
         name = "".join(ch for ch in label.title() if ch.isalnum()) or "Cache"
         return machine_for(f"{name}Exhaustive", factory, profile, known=frozenset(known))

@@ -20,7 +20,7 @@ from hypothesis.stateful import MultipleResults, invariant, multiple, preconditi
 from radixkv_spec.mamba import Event, MambaCacheModel
 from radixkv_spec.tokens import page_align
 
-from radixkv_conformance.machines import BAD_CALLS, ConformanceMachine, NodeRef, Step, one_of
+from radixkv_conformance.machines import BAD_CALLS, ConformanceMachine, NodeRef, Step
 from radixkv_conformance.protocol import (
     Evicted,
     Matched,
@@ -29,6 +29,7 @@ from radixkv_conformance.protocol import (
     as_inserted,
     as_matched,
 )
+from radixkv_conformance.strategies import one_of
 
 UNUSED_SLOT = 10**9  # a slot nobody holds: in a bad call only the other argument is wrong
 

@@ -22,7 +22,7 @@ from typing import Any
 
 from radixkv_conformance.profile import Profile
 from radixkv_conformance.protocol import AdapterFactory
-from radixkv_conformance.trace import replay
+from radixkv_conformance.replay import replay
 
 Step = dict[str, Any]
 HANDLE_FIELDS = ("node", "lock")  # fields that name the step whose handle a step uses

@@ -18,8 +18,9 @@ from hypothesis.stateful import invariant, precondition, rule
 from radixkv_spec.swa import FreeEvent, Position, SlidingWindowModel
 from radixkv_spec.tokens import page_align
 
-from radixkv_conformance.machines import BAD_CALLS, ConformanceMachine, NodeRef, Step, up_to
+from radixkv_conformance.machines import BAD_CALLS, ConformanceMachine, NodeRef, Step
 from radixkv_conformance.protocol import Evicted, Namespace, as_evicted, as_inserted, as_matched
+from radixkv_conformance.strategies import up_to
 
 
 class SwaRules(ConformanceMachine):

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 from radixkv_conformance.adapters.radixkv import RadixCacheAdapter, radix_cache
-from radixkv_conformance.machines import machine_for
 from radixkv_conformance.protocol import Host
+from radixkv_conformance.registry import machine_for
 
 TestRadixCache = machine_for("RadixCacheMachine", radix_cache).TestCase
 

@@ -1,0 +1,299 @@
+"""The rule set of a prefix cache without SWA or Mamba, against ``radixkv_spec.model``."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from hypothesis import reject
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    invariant,
+    precondition,
+    rule,
+)
+from radixkv_spec.model import PrefixCacheModel, cached_len
+from radixkv_spec.tokens import page_align
+
+from radixkv_conformance.machines import ConformanceMachine, NodeRef
+from radixkv_conformance.protocol import (
+    Namespace,
+    as_inserted,
+    as_matched,
+    token_places,
+)
+from radixkv_conformance.strategies import EVICT_AMOUNTS
+
+
+class PlainRules(ConformanceMachine):
+    """A prefix cache without SWA or Mamba, against ``radixkv_spec.model``."""
+
+    mode: ClassVar[str] = "plain"
+    checks = ConformanceMachine.checks | {"priority"}
+    invariant_names = (*ConformanceMachine.invariant_names, "agrees_with_spec")
+
+    def new_model(self) -> PrefixCacheModel:
+        return PrefixCacheModel(self.page_size, self.session.profile.victims)
+
+    # ---- steps ---------------------------------------------------------------------------
+
+    def do_match(self, tokens: tuple[int, ...], namespace: Namespace) -> NodeRef:
+        step = self.log("match", tokens=list(tokens), namespace=namespace)
+        with self.checking("match"):
+            got = as_matched(self.sut.match(tokens, namespace))
+            self.scribble_caller_buffers()
+            stores = self.profile.stores
+            refresh = "match" in self.profile.refresh_on
+            expected = self.model.match(namespace, tokens, refresh) if stores else ()
+            step["expect"] = {"indices": list(expected)}
+            self.require(
+                tuple(got.indices) == expected,
+                f"INV-10: match gave {got.indices}, spec says {expected}",
+            )
+            self.count("match")
+            return self.ref(got.handle, namespace, tokens[: len(expected)])
+
+    def do_insert(
+        self,
+        tokens: tuple[int, ...],
+        namespace: Namespace,
+        indices: tuple[int, ...],
+        priority: int | None = None,
+    ) -> NodeRef:
+        """Insert with the caller's ``indices``; the caller frees what the cache does not adopt.
+
+        Indices the caller passes for an already cached prefix that differ from the cached
+        ones are its duplicates: freed by the caller, or by the cache when the profile says
+        so. Indices past the aligned key are the caller's unaligned tail. ``priority`` (an
+        adapter with capability ``priority``) is the insert's eviction priority.
+        """
+        if self.profile.allocation == "cache":
+            return self.do_owned_insert(tokens, namespace, priority)
+        step = self.log("insert", tokens=list(tokens), namespace=namespace, indices=list(indices))
+        options = {} if priority is None else {"priority": priority}
+        step.update(options)
+        with self.checking("insert"):
+            self.hand_out(indices)
+            profile, p = self.profile, self.page_size
+            key = tokens[: page_align(len(tokens), p)]
+            held = ()
+            if profile.stores:
+                table = self.model.table(namespace)
+                held = self.model.indices_of(namespace, key[: cached_len(table, key, p)])
+            seen = len(self.events)
+            got = as_inserted(self.sut.insert(tokens, namespace, indices, **options))
+            self.scribble_caller_buffers()
+            stores = profile.stores
+            expected = self.model.insert(namespace, tokens, indices, **options) if stores else 0
+            step["expect"] = {"prefix_len": expected}
+            if profile.duplicates != "kept" or got.prefix_len is not None:
+                self.require(
+                    got.prefix_len == expected,
+                    f"INV-12: prefix_len {got.prefix_len}, spec says {expected}",
+                )
+            self.settle_duplicates(indices[:expected], held, seen)
+            adopted_end = len(key) if profile.stores else 0
+            self.release("free", indices[adopted_end:], by="caller")
+            self.keys_seen.append(tokens)
+            self.count("insert")
+            return self.ref(got.handle, namespace, key if profile.stores else ())
+
+    def do_owned_insert(
+        self, tokens: tuple[int, ...], namespace: Namespace, priority: int | None
+    ) -> NodeRef:
+        """Insert into a cache that allocates its own indices (profile ``allocation="cache"``).
+
+        The cache reports the key's indices; its new ones are handed out by the cache (an
+        index it freed earlier may come back). What it frees during the insert is an
+        eviction to make room, checked like one while the key's cached prefix is held.
+        """
+        step = self.log("insert", tokens=list(tokens), namespace=namespace, indices=[])
+        options = {} if priority is None else {"priority": priority}
+        step.update(options)
+        with self.checking("insert"):
+            p = self.page_size
+            key = tokens[: page_align(len(tokens), p)]
+            prefix = key[: cached_len(self.model.table(namespace), key, p)]
+            seen = len(self.events)
+            got = as_inserted(self.sut.insert(tokens, namespace, (), **options))
+            step["observed"] = {"indices": None if got.indices is None else list(got.indices)}
+            if got.indices is None or len(got.indices) != len(key):
+                self.require(False, f"INV-12: insert reported indices {got.indices}", "owned")
+                reject()  # the spec cannot follow an insert whose indices are unknown
+            made_room = [g for kind, g in self.events[seen:] if kind == "free"]
+            if made_room:
+                self.evict_for_room(namespace, prefix, made_room)
+            new = tuple(got.indices[len(prefix) :])
+            self.given.update(new)
+            self.freed.difference_update(new)  # the cache reuses what it freed before
+            self.next_index = max(self.next_index, max(new, default=-1) + 1)
+            expected = self.model.insert(namespace, tokens, tuple(got.indices), **options)
+            step["expect"] = {"prefix_len": expected}
+            self.require(
+                got.prefix_len is None or got.prefix_len == expected,
+                f"INV-12: prefix_len {got.prefix_len}, spec says {expected}",
+            )
+            self.keys_seen.append(tokens)
+            self.count("insert")
+            return self.ref(got.handle, namespace, key)
+
+    def evict_for_room(
+        self, namespace: Namespace, prefix: tuple[int, ...], groups: list[tuple[int, ...]]
+    ) -> None:
+        """Frees during an insert: an eviction of exactly what was freed, with the key's
+        cached prefix held (the cache holds it while it allocates the rest)."""
+        with self.checking("insert: eviction to make room"):
+            if prefix:
+                self.model.lock(namespace, prefix)
+            try:
+                freed = sum(map(len, groups))
+                self.model.apply_eviction(freed, groups, self.waive)
+                self.session.stats["tokens evicted to make room"] += freed
+            finally:
+                if prefix and self.model.handle_count(namespace, prefix):
+                    self.model.unlock(namespace, prefix)
+
+    def do_evict(self, num_tokens: int) -> None:
+        step = self.log("evict", num_tokens=num_tokens)
+        with self.checking("evict"):
+            seen = len(self.events)
+            reported = self.call_evict(step).full
+            groups = [g for kind, g in self.events[seen:] if kind == "free"]
+            step["observed"] = {"freed": [list(g) for g in groups]}
+            if self.profile.eviction_report == "flat":
+                groups = self.regroup([i for g in groups for i in g])
+            self.model.apply_eviction(num_tokens, groups, self.waive)
+            freed = sum(len(g) for g in groups)
+            # Each its own finding: a miscount must not hide a wrong victim, nor the reverse.
+            with self.checking("evict: reported counts"):
+                self.require(reported == freed, f"INV-11: evict reported {reported}, freed {freed}")
+            eviction = self.profile.eviction
+            with self.checking("evict: amount freed"):
+                self.require(
+                    eviction.admissible(freed, num_tokens, self.page_size),
+                    f"INV-11: {eviction.name} eviction freed {freed} for a target of {num_tokens}",
+                )
+            self.count("evict")
+            self.session.stats["evicted tokens"] += freed
+
+    def regroup(self, flat: list[int]) -> list[tuple[int, ...]]:
+        """A flat eviction report (profile ``eviction_report="flat"``) as one group per page,
+        in an order that deletes a leaf each time, the least recent leaf first: the order a
+        per-node report would give if the eviction was admissible. Indices the model does not
+        cache, and pages that never become leaves, stay at the end for the model to refuse."""
+        m, p = self.model, self.page_size
+        owner = {i: (ns, path) for ns, path in m.positions() for i in m.pages[ns][path]}
+        left = {owner[i] for i in flat if i in owner}
+        cached = set(m.positions())
+        ordered: list[tuple[int, ...]] = []
+        while left:
+            leaves = [q for q in left if not any(c in cached for c in _children(q, cached, p))]
+            if not leaves:
+                break
+            page = min(leaves, key=lambda q: (m.recency[q], len(q[1])))
+            ordered.append(m.pages[page[0]][page[1]])
+            left.discard(page)
+            cached.discard(page)
+        stuck = [m.pages[ns][path] for ns, path in left]  # never a leaf: not one path
+        unknown = [(i,) for i in flat if i not in owner]
+        return ordered + stuck + unknown
+
+    # ---- rules ---------------------------------------------------------------------------
+
+    @rule(target=ConformanceMachine.nodes, data=st.data())
+    def insert(self, data: st.DataObject) -> NodeRef:
+        """A caller with fresh indices for the whole key: it frees what the tree had."""
+        namespace = self.draw_namespace(data)
+        tokens = self.draw_tokens(data)
+        indices = self.caller_indices(len(tokens))
+        return self.do_insert(tokens, namespace, indices, self.draw_priority(data))
+
+    @rule(target=ConformanceMachine.nodes, data=st.data())
+    def extend_request(self, data: st.DataObject) -> NodeRef:
+        """A caller that matched first: it reuses the tree's indices and adds fresh ones."""
+        namespace = self.draw_namespace(data)
+        tokens = self.draw_tokens(data)
+        self.do_match(tokens, namespace)
+        matched = tuple(self.trace[-1]["expect"]["indices"])  # do_match checked the cache's
+        value = matched + self.caller_indices(len(tokens) - len(matched))
+        if self.profile.allocation == "cache":
+            value = ()
+        self.count("extend_request")
+        return self.do_insert(tokens, namespace, value, self.draw_priority(data))
+
+    def caller_indices(self, n: int) -> tuple[int, ...]:
+        """Fresh indices for an insert, or none where the cache allocates its own."""
+        return self.allocate(n) if self.profile.allocation == "caller" else ()
+
+    def draw_priority(self, data: st.DataObject) -> int | None:
+        """An insert's eviction priority (capability ``priority``), else none passed."""
+        if not self.has("priority"):
+            return None
+        self.count("insert with a priority")
+        return data.draw(st.integers(-1, 2), label="priority")
+
+    @precondition(lambda self: self.session.profile.match_may_split)
+    @rule(target=ConformanceMachine.nodes, data=st.data())
+    def match(self, data: st.DataObject) -> NodeRef:
+        """A match whose handle ends exactly at the match: usable for locking."""
+        return self.do_match(self.draw_tokens(data), self.draw_namespace(data))
+
+    @precondition(lambda self: not self.session.profile.match_may_split)
+    @rule(data=st.data())
+    def match_only(self, data: st.DataObject) -> None:
+        """A match whose handle may end below the match: never locked."""
+        self.do_match(self.draw_tokens(data), self.draw_namespace(data))
+        self.count("match without a handle")
+
+    @rule(num_tokens=EVICT_AMOUNTS)
+    def evict(self, num_tokens: int) -> None:
+        self.do_evict(num_tokens)
+
+    # ---- invariants ----------------------------------------------------------------------
+
+    @precondition(ConformanceMachine._started)
+    @invariant()
+    def agrees_with_spec(self) -> None:
+        """The cache holds the spec's token -> index map and sizes, and every index has one
+        owner (one walk of the cache per step serves both)."""
+        with self.checking("invariant: agrees with the spec"):
+            contents = token_places(self.sut.contents())
+            expected = {
+                (ns, path, offset): index
+                for ns, path in self.model.positions()
+                for offset, index in enumerate(self.model.pages[ns][path])
+            }
+            self.require(
+                contents == expected, "INV-10: the cached token -> index map differs from the spec"
+            )
+            sizes, m = self.sut.sizes(), self.model
+            self.require(sizes.total == m.total_size(), "INV-6: total_size differs from the spec")
+            self.require(sizes.evictable == m.evictable_size(), "INV-6: evictable_size differs")
+            self.require(sizes.protected == m.protected_size(), "INV-6: protected_size differs")
+            self.require(
+                sizes.evictable + sizes.protected == sizes.total, "INV-6: sizes do not add up"
+            )
+            self.count("invariant checks")
+        with self.checking("invariant: every index has one owner"):
+            held = list(contents.values())
+            self.require(
+                len(held) == len(set(held)), "INV-7: an index is cached at two positions", "shared"
+            )
+            self.require(
+                not set(held) & self.freed, "INV-7: a cached index was freed", "cached-freed"
+            )
+            missing = self.given - set(held) - self.freed
+            self.require(
+                not missing, f"INV-7: indices leaked (neither cached nor freed): {missing}", "leak"
+            )
+
+
+def _children(
+    page: tuple[Namespace, tuple[int, ...]], cached: set[Any], page_size: int
+) -> list[Any]:
+    """The cached pages right below ``page``."""
+    ns, path = page
+    return [
+        q
+        for q in cached
+        if q[0] == ns and len(q[1]) == len(path) + page_size and q[1][: len(path)] == path
+    ]

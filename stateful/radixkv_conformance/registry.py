@@ -1,0 +1,109 @@
+"""A machine class for one implementation: the rule set of its mode (plain, SWA, Mamba),
+checked against what the adapter claims and the profile it runs under. Above the rule
+sets, so no rule set imports the module that picks it."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+from radixkv_conformance.machines import ConformanceMachine, Session
+from radixkv_conformance.mamba_rules import MambaRules
+from radixkv_conformance.plain_rules import PlainRules
+from radixkv_conformance.profile import RADIXKV, Profile
+from radixkv_conformance.protocol import (
+    AdapterError,
+    AdapterFactory,
+    Indices,
+    require_capabilities,
+)
+from radixkv_conformance.swa_rules import SwaRules
+
+RULE_SETS: dict[str, type[ConformanceMachine]] = {
+    "plain": PlainRules,
+    "swa": SwaRules,
+    "mamba": MambaRules,
+}
+
+
+def rule_set(capabilities: frozenset[str]) -> type[ConformanceMachine]:
+    """The rule set of an adapter's mode: SWA, Mamba, or plain.
+
+    Raises ``AdapterError`` when the adapter claims a capability that mode has no rule for:
+    a claim the kit would list as checked but never exercise is refused, never passed.
+    """
+    mode = "mamba" if "mamba" in capabilities else "swa" if "swa" in capabilities else "plain"
+    rules = RULE_SETS[mode]
+    unchecked = capabilities - rules.checks
+    if unchecked:
+        raise AdapterError(
+            f"the {rules.mode} rule set has no rules for {sorted(unchecked)}, so the kit "
+            "cannot check them: drop the claim (or check that mode's capabilities in its "
+            "own adapter)"
+        )
+    return rules
+
+
+def probe_adapter(factory: AdapterFactory, profile: Profile) -> Any:
+    """One adapter built before any run, to read what it claims (``capabilities``, ``notes``)."""
+    probe = _ProbeHost(profile.page_sizes[0], profile.windows[0])
+    return factory(probe.page_size, probe)
+
+
+def probe_capabilities(factory: AdapterFactory, profile: Profile) -> frozenset[str]:
+    """Check what the factory's adapters claim, before any run (``AdapterError``)."""
+    return require_capabilities(probe_adapter(factory, profile))
+
+
+class _ProbeHost:
+    """A host for the up-front capability check; nothing is called on it in practice."""
+
+    def __init__(self, page_size: int, window: int) -> None:
+        self.page_size = page_size
+        self.sliding_window: int | None = window
+        self.slots = 0
+
+    def __call__(self, indices: Indices) -> None:
+        self.free(indices)
+
+    def free(self, indices: Indices) -> None:
+        """Nothing is cached yet, so nothing is freed."""
+
+    def free_swa(self, indices: Indices) -> None:
+        """As ``free``."""
+
+    def alloc_slot(self) -> int:
+        self.slots += 1
+        return self.slots - 1
+
+    def free_slot(self, slot: int) -> None:
+        """As ``free``."""
+
+    def copy_state(self, src: int, dst: int) -> None:
+        """As ``free``."""
+
+
+def machine_for(
+    name: str,
+    factory: AdapterFactory,
+    profile: Profile = RADIXKV,
+    *,
+    capabilities: frozenset[str] | None = None,
+    known: frozenset[str] = frozenset(),
+    progress: Callable[[Counter[str]], None] | None = None,
+) -> type[ConformanceMachine]:
+    """A machine class for one implementation: the rule set of every capability it declares.
+
+    ``capabilities`` defaults to what an adapter the factory builds claims (checked up
+    front). Distinct names keep Hypothesis' example databases apart.
+    """
+    claims = probe_capabilities(factory, profile) if capabilities is None else capabilities
+    rules = rule_set(claims)
+    if rules.mode != "plain" and "match" not in profile.refresh_on:
+        raise AdapterError(
+            f"the {rules.mode} rule set's model refreshes recency on every match; profile "
+            f"{profile.name!r} does not (refresh_on={sorted(profile.refresh_on)})"
+        )
+    session = Session(factory, profile, claims, known, progress=progress, name=name)
+    return type(name, (rules,), {"session": session})
