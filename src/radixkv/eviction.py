@@ -49,6 +49,10 @@ class Ranked(Protocol):
     @property
     def parent(self) -> Ranked | None: ...
 
+    def recency(self) -> tuple[float, int]:
+        """The LRU order: last access, then the older node (``TreeNode.recency``)."""
+        ...
+
     priority: int
 
 
@@ -69,7 +73,7 @@ class Lru:
     name: str = "lru"
 
     def key(self, node: Ranked) -> SortKey:
-        return (node.last_access_time, node.id)  # TreeNode.recency
+        return node.recency()  # one definition of the LRU order, the node's
 
 
 @dataclass(frozen=True)
