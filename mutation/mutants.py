@@ -161,8 +161,8 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "reset-does-not-free",
         CACHE,
-        "        for node in doomed:\n            self._free(node)\n",
-        "",
+        "        for node in doomed:\n            self._free(node)\n            self._part",
+        "        for node in doomed:\n            self._part",
     ),
     Mutant(
         "negative-token-accepted",
