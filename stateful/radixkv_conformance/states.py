@@ -1,0 +1,522 @@
+"""Every reachable state: breadth-first explicit-state exploration to a fixpoint.
+
+``radixkv check --states BOUNDS`` explores the pair (implementation, spec model) the way
+TLC or SPIN explore a model: breadth first, from every initial state (page size, window),
+every enabled operation of a bounded alphabet from every state, every invariant checked and
+every result compared with the spec after every step, and a visited set of *canonical
+states* (``canonical``; SPEC.md "The canonical state"), until no new state appears (a
+fixpoint: every state the bounds admit is reached and conforms) or the depth cap.
+
+Operations are the kit's rules run by the sequence explorer's driver (``exhaustive``), so a
+step is a FORMAT.md trace step and every finding comes with its trace; breadth-first order
+makes each one a shortest sequence to its finding.
+
+A state is expanded from a deep copy of its machine (adapter and spec model included); an
+engine whose state a deepcopy refuses has each state rebuilt by replaying its shortest path
+(``fork="rerun"``, said in the report).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+import time
+from collections import Counter
+from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from radixkv_conformance.exhaustive import (
+    ALPHABET,
+    NAMESPACES,
+    Alphabet,
+    ExhaustiveReport,
+    Finding,
+    Fixed,
+    Fork,
+    Labels,
+    Target,
+    TokenLists,
+    _Call,
+    _Driver,
+    _Explorer,
+    _quiet_build_context,
+    _slug,
+    _State,
+)
+
+LOW = 16
+"""Where the kit's KV indices and the spec's clock start in an explored run: above every
+number the bounds give a meaning of its own (``Bounds.low``)."""
+EVICT_ALL = 1 << 20  # the machines' "evict everything"
+
+# ---- bounds -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """The bounded configuration: what each draw may take, how many locks, how deep.
+
+    ``length`` bounds keys at ``length + page_size - 1`` tokens (so a page size of 2 still
+    has a partial page); ``locks`` bounds the lock handles held at once (a state holding more
+    is checked but not expanded); ``depth`` caps the breadth-first levels (None: none).
+    """
+
+    pages: tuple[int, ...] = (1,)
+    windows: tuple[int, ...] = (1,)
+    tokens: int = 2
+    length: int = 1
+    namespaces: int = 1
+    locks: int = 1
+    evict: tuple[int, ...] = (1, EVICT_ALL)
+    depth: int | None = None
+
+    def text(self) -> str:
+        def many(values: Iterable[int]) -> str:
+            return "+".join("all" if v == EVICT_ALL else str(v) for v in values)
+
+        cap = "none" if self.depth is None else str(self.depth)
+        return (
+            f"page={many(self.pages)},window={many(self.windows)},tokens={self.tokens},"
+            f"length={self.length},namespaces={self.namespaces},locks={self.locks},"
+            f"evict={many(self.evict)},depth={cap}"
+        )
+
+    def low(self) -> int:
+        """Numbers below this keep their value in a canonical state: tokens, page sizes,
+        windows, lock counts (the bounds admit no larger ones); every other number is an
+        identity or a stamp and keeps only its rank."""
+        return max(self.tokens, *self.pages, *self.windows, self.locks, self.namespaces) + 1
+
+    def alphabet(self) -> Alphabet:
+        lengths = _lengths(self.length)
+        tokens = TokenLists("tokens", self.tokens, lengths)
+        namespaces = Labels("namespaces", NAMESPACES.values[: self.namespaces])
+        small = tuple(v for v in self.evict if v != EVICT_ALL)[:2] or (1,)
+        domains = {
+            **ALPHABET.domains,
+            "page_size": Fixed(self.pages),
+            "window": Fixed(self.windows),
+            "namespace": namespaces,
+            "tail": tokens,
+            "evict.num_tokens": Fixed(self.evict),
+            "evict.swa_num_tokens": Fixed((0, *small)),
+        }
+        return Alphabet(f"states {self.text()}", domains)
+
+
+def _lengths(n: int) -> Callable[[int], Sequence[int]]:
+    return lambda page_size: range(n + page_size)
+
+
+def parse_bounds(text: str, base: Bounds | None = None) -> Bounds:
+    """``page=1+2,length=2,namespaces=2,locks=2,evict=1+all,depth=8`` (any subset, over
+    ``base``), or a preset's name (``PRESETS``)."""
+    if text in PRESETS:
+        return PRESETS[text]
+    bounds = base or Bounds()
+    for item in filter(None, text.split(",")):
+        key, sep, value = item.partition("=")
+        key = ALIASES.get(key, key)
+        names = {f.name for f in dataclasses.fields(Bounds)}
+        if not sep or key not in names:
+            raise LookupError(f"--states {text!r}: {item!r} is not KEY=VALUE, KEY in {names}")
+        bounds = dataclasses.replace(bounds, **{key: _bound_value(key, value)})
+    return bounds
+
+
+ALIASES = {"page": "pages", "window": "windows"}
+
+
+def _bound_value(key: str, value: str) -> Any:
+    if key == "depth":
+        return None if value == "none" else int(value)
+    if key in ("pages", "windows", "evict"):
+        return tuple(EVICT_ALL if v == "all" else int(v) for v in value.split("+"))
+    return int(value)
+
+
+PRESETS = {
+    "tiny": Bounds(),
+    "ci": Bounds(length=1, namespaces=1, locks=1),
+    "large": Bounds(pages=(1, 2), length=2, namespaces=2, locks=2),
+}
+"""Named bounds; ``own_bounds`` picks the CI bounds of each of radixkv's caches."""
+OWN_BOUNDS = {  # radixkv's caches in CI (about two minutes in all on 2 cores): tox -e stateful
+    "ci": {
+        "RadixCache": "tokens=1,length=1,locks=1,depth=4",
+        "RadixCache (SWA)": "tokens=1,length=1,locks=1,depth=4",
+        "MambaRadixCache": "tokens=1,length=1,locks=1,depth=4",
+        "ChunkCache": "tokens=2,length=1,locks=1",
+        "RadixTrie": "tokens=1,length=1,locks=1",
+    },
+    "large": {  # by hand: tox -e states
+        "RadixCache": "tokens=1,length=1,locks=1,depth=6",
+        "RadixCache (SWA)": "tokens=1,length=1,locks=1,depth=6",
+        "MambaRadixCache": "tokens=1,length=1,locks=1,depth=6",
+        "ChunkCache": "tokens=2,length=2,namespaces=2,locks=2",
+        "RadixTrie": "tokens=2,length=1,locks=1,depth=8",
+    },
+}
+
+
+def own_bounds(text: str, label: str) -> Bounds:
+    """``ci`` and ``large`` name per-cache bounds for radixkv's own caches."""
+    per_cache = OWN_BOUNDS.get(text, {})
+    return parse_bounds(per_cache[label]) if label in per_cache else parse_bounds(text)
+
+
+# ---- the canonical state ----------------------------------------------------------------------
+
+HISTORY = frozenset({"trace", "check", "events", "copies", "acknowledged", "session"})
+"""What only records what ran (or is the same in every state): never in a canonical state."""
+STALENESS = frozenset({"resets", "epoch", "deleted_at"})
+"""What the kit keeps only to tell stale handles from live ones: each handle records that."""
+CONSTANT = frozenset({"page_size", "window", "profile", "caps"})  # the start variant says it
+LEDGER = frozenset({"given", "freed", "swa_freed", "given_slots", "freed_slots"})
+COUNTERS = frozenset({"next_index", "next_slot"})  # every new one is above every given one
+OWN = frozenset({"sut", "model", "keys_seen", "cached_refs"})
+
+
+def canonical(state: _State, hypothesis_owned: frozenset[str], low: int = LOW) -> Hashable:
+    """The canonical form of a state (SPEC.md "The canonical state").
+
+    The raw picture is the start variant, the symmetry counts, the kit's own state (handles,
+    locks, keys, ledger), the spec model, and the implementation's snapshot, contents and
+    sizes; then every number >= ``low`` anywhere in it is replaced by ``low`` + its rank
+    among them (one order-preserving renaming of the whole state).
+    """
+    m = state.machine
+    raw: tuple[Any, ...] = (
+        state.variant,
+        state.seen,
+        _kit(m, state.bundles, hypothesis_owned),
+        _plain(m.model),
+        _plain(m.sut.snapshot()),
+        _plain(m.sut.contents()),
+        _plain(m.sut.sizes()),
+    )
+    live = set(_numbers(raw))
+    ledger = tuple(
+        (name, tuple(sorted(set(getattr(m, name, ())) & live))) for name in sorted(LEDGER)
+    )
+    raw = (*raw, ledger)
+    ranks = {n: low + r for r, n in enumerate(sorted({n for n in _numbers(raw) if n >= low}))}
+    return _renamed(raw, ranks)
+
+
+def _kit(m: Any, bundles: dict[str, list[Any]], owned: frozenset[str]) -> Hashable:
+    skip = owned | HISTORY | STALENESS | CONSTANT | LEDGER | COUNTERS | OWN
+    rest = tuple(sorted((k, _plain(v)) for k, v in vars(m).items() if k not in skip))
+    held = tuple(
+        (name, _handles(m, values, name != "locks")) for name, values in sorted(bundles.items())
+    )
+    refs = _handles(m, getattr(m, "cached_refs", []), True)
+    return (held, refs, tuple(sorted(set(map(tuple, m.keys_seen)))), rest)
+
+
+def _handles(m: Any, values: Sequence[Any], as_set: bool) -> Hashable:
+    """Handles as sets (a node handle can be drawn again and again), locks as multisets
+    (each one can be undone once)."""
+    canon = [_handle(m, v) for v in values]
+    return tuple(sorted(set(canon) if as_set else canon, key=repr))
+
+
+def _handle(m: Any, value: Any) -> Hashable:
+    if hasattr(value, "token") and hasattr(value, "node"):  # a lock
+        return ("lock", _handle(m, value.node), _shallow(value.token), value.refused)
+    if hasattr(value, "prefix") and hasattr(value, "born"):  # a node handle
+        if m.is_stale(value):  # every use of it must be rejected, whichever node it was
+            return ("stale node",)
+        return ("node", value.namespace, value.prefix, _shallow(value.handle))
+    return ("value", _shallow(value))
+
+
+def _shallow(value: Any) -> Hashable:
+    """A handle the cache returned, by its own plain fields (a node's id, stamp, lock count):
+    never the tree it links to."""
+    if _is_plain(value):
+        return _plain(value)
+    names = list(getattr(value, "__dict__", {})) or list(getattr(type(value), "__slots__", ()))
+    fields = [(k, getattr(value, k, None)) for k in sorted(names)]
+    return (type(value).__name__, tuple((k, _plain(v)) for k, v in fields if _is_plain(v)))
+
+
+def _is_plain(value: Any) -> bool:
+    if value is None or isinstance(value, (bool, int, float, str, bytes)):
+        return True
+    return isinstance(value, (tuple, frozenset)) and all(map(_is_plain, value))
+
+
+_DIGITS = re.compile(r"(\d+)")
+
+
+def _plain(value: Any, depth: int = 0) -> Hashable:
+    """Any value as nested tuples of scalars: containers sorted where their order is not
+    state (dicts, sets), objects as their fields, numbers inside text as numbers."""
+    if depth > 40:
+        raise ValueError("a state too deep to picture (a cycle?)")
+    d = depth + 1
+    if value is None or isinstance(value, (bool, int, float, bytes)):
+        return value
+    if isinstance(value, str):
+        parts = _DIGITS.split(value)
+        return value if len(parts) == 1 else ("str", *(int(p) if p.isdigit() else p for p in parts))
+    if isinstance(value, dict):
+        return ("dict", *sorted(((_plain(k, d), _plain(v, d)) for k, v in value.items()), key=repr))
+    if isinstance(value, (set, frozenset)):
+        return ("set", *sorted((_plain(v, d) for v in value), key=repr))
+    if isinstance(value, (list, tuple)):
+        return tuple(_plain(v, d) for v in value)
+    if callable(value) and not hasattr(value, "__dict__"):
+        return ("callable", getattr(value, "__qualname__", type(value).__name__))
+    tolist = getattr(value, "tolist", None)
+    if callable(tolist):  # a tensor or an array
+        return ("array", _plain(tolist(), d))
+    fields = getattr(value, "__dict__", None)
+    if fields is None:
+        names = getattr(type(value), "__slots__", ())
+        fields = {k: getattr(value, k) for k in names if hasattr(value, k)}
+    return (type(value).__name__, _plain(fields, d))
+
+
+def _numbers(value: Any) -> Iterator[float]:
+    if isinstance(value, bool):
+        return
+    if isinstance(value, (int, float)):
+        if not (isinstance(value, float) and math.isnan(value)):
+            yield value
+    elif isinstance(value, tuple):
+        for item in value:
+            yield from _numbers(item)
+
+
+def _renamed(value: Any, ranks: dict[float, int]) -> Hashable:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, (int, float)):
+        return ranks.get(value, value)
+    if isinstance(value, tuple):
+        return tuple(_renamed(item, ranks) for item in value)
+    return value  # type: ignore[no-any-return]
+
+
+# ---- the exploration --------------------------------------------------------------------------
+
+
+@dataclass
+class StatesReport:
+    """What one exploration reached: states, transitions, depth, fixpoint, findings."""
+
+    name: str
+    bounds: str
+    fork: Fork
+    merge: bool = True
+    states: int = 0
+    transitions: int = 0
+    max_depth: int = 0
+    fixpoint: bool = False
+    beyond: int = 0  # successors past the lock bound: checked, not expanded
+    seconds: float = 0.0
+    by_depth: Counter[int] = field(default_factory=Counter)
+    findings: dict[str, Finding] = field(default_factory=dict)
+    outcomes: set[Hashable] = field(default_factory=set)  # what states show (``_outcome``)
+    acknowledged: int = 0
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        return not self.findings
+
+    def render(self) -> str:
+        verdict = "ok" if self.passed else f"FAILED ({len(self.findings)} findings)"
+        end = "fixpoint reached" if self.fixpoint else "depth cap reached, no fixpoint"
+        lines = [
+            f"{self.name}: {verdict} — {self.states} states, {self.transitions} transitions, "
+            f"deepest state at depth {self.max_depth}, {self.seconds:.1f}s, {end} "
+            f"(fork={self.fork})",
+            f"    bounds: {self.bounds}; {self.beyond} successors past the lock bound "
+            "checked, not expanded",
+        ]
+        lines += [f"    note: {note}" for note in self.notes]
+        for i, finding in enumerate(self.findings.values(), 1):
+            lines.append(f"  finding {i} [{finding.id}] {finding.check}: {finding.message}")
+            lines += [f"      {line}" for line in finding.lines()]
+        return "\n".join(lines)
+
+
+class _Breadth(_Explorer):
+    """The sequence explorer's steps and findings, breadth first over canonical states."""
+
+    def __init__(self, driver: _Driver, report: StatesReport, bounds: Bounds, fork: Fork):
+        shim = ExhaustiveReport(report.name, 0, fork)
+        super().__init__(driver, shim, fork)
+        self.states, self.bounds = report, bounds
+        self.visited: set[Hashable] = set()
+
+    def branch(self, state: _State) -> _State:
+        if self.fork == "copy":
+            try:
+                return self.driver.copy(state)
+            except Exception as error:  # e.g. a native object deepcopy refuses: replay instead
+                self.fork = self.states.fork = "rerun"
+                self.states.notes.append(f"copying a state failed ({error!r}): paths replayed")
+        return self.rebuild(state)
+
+    def rebuild(self, state: _State) -> _State:
+        """The state again, by replaying its shortest path on a fresh machine."""
+        new = self.driver.fresh()
+        starts = len(self.driver.initializers)
+        for at, (rule, picks) in enumerate(state.path):
+            if at == starts:
+                _offset(new)
+            self.driver.call(new, rule, picks)
+        if len(state.path) == starts:
+            _offset(new)
+        new.variant = state.variant
+        return new
+
+    def run(self, merge: bool) -> None:
+        level: list[_State] = []
+        for root, call in self._initialized(self.driver.fresh(), 0):
+            failed = call.error or self._check(root)
+            if failed is not None:
+                self._found(root, [], failed)
+                continue
+            _offset(root.machine)
+            if self._new(root, 0, merge):
+                level.append(root)
+        depth = 0
+        while level and (self.bounds.depth is None or depth < self.bounds.depth):
+            nxt: list[_State] = []
+            for state in level:
+                nxt += self._expand(state, depth, merge)
+            level, depth = nxt, depth + 1
+        self.states.fixpoint = not level
+
+    def _expand(self, state: _State, depth: int, merge: bool) -> list[_State]:
+        steps = _steps_of(state)
+        out = []
+        for child, call in self.children(state):
+            self.states.transitions += 1
+            self._maybe_progress()
+            failed = call.error or self._check(child)
+            if failed is not None:
+                self._found(child, [*steps, call.step], failed)
+                continue
+            setattr(child, "steps", [*steps, call.step])  # noqa: B010  # the path, as steps
+            if len(child.bundles.get("locks", ())) > self.bounds.locks:
+                self.states.beyond += 1
+                continue
+            if self._new(child, depth + 1, merge):
+                out.append(child)
+        return out
+
+    def _new(self, state: _State, depth: int, merge: bool) -> bool:
+        key = canonical(state, self.driver.hypothesis_owned, self.bounds.low())
+        self.states.outcomes.add(_outcome(key))
+        if merge and key in self.visited:
+            return False
+        self.visited.add(key)
+        self.states.states += 1
+        self.states.by_depth[depth] += 1
+        self.states.max_depth = max(self.states.max_depth, depth)
+        if self.fork == "rerun":
+            state.machine = None  # rebuilt from its path when expanded
+        return True
+
+    def children(self, state: _State, initial: bool = False) -> Iterator[tuple[_State, _Call]]:
+        if state.machine is None:
+            state = self.rebuild(state)
+        return super().children(state, initial)
+
+
+def _outcome(key: Hashable) -> Hashable:
+    """What a state shows the caller: the start variant, the spec's state and the cache's
+    contents and sizes (the soundness test compares these, merged or not)."""
+    parts: tuple[Any, ...] = key  # type: ignore[assignment]  # canonical() builds a tuple
+    return (parts[0], parts[3], parts[5], parts[6])
+
+
+def _steps_of(state: _State) -> list[Any]:
+    return list(getattr(state, "steps", []))
+
+
+def _offset(machine: Any) -> None:
+    """Start the kit's KV indices and the spec's clock at ``LOW``: identities and stamps,
+    never confused with tokens or counts (a trace replays the same with any start)."""
+    machine.next_index = max(machine.next_index, LOW)
+    if hasattr(machine.model, "clock") and machine.model.clock < LOW:
+        machine.model.clock = LOW
+
+
+def explore_states(
+    machine_cls: Any,
+    bounds: Bounds,
+    *,
+    name: str | None = None,
+    merge: bool = True,
+    fork: Fork = "copy",
+    progress: Callable[[StatesReport], None] | None = None,
+) -> StatesReport:
+    """Breadth-first exploration of ``machine_cls`` within ``bounds``; never raises for a
+    finding (each distinct one is in ``findings`` with a shortest sequence). ``merge=False``
+    expands every state reached, merged or not (the soundness test's reference; give it a
+    depth cap)."""
+    started = time.perf_counter()
+    report = StatesReport(name or machine_cls.__name__, bounds.text(), fork, merge)
+    explorer = _Breadth(_Driver(machine_cls, bounds.alphabet()), report, bounds, fork)
+    if progress is not None:
+        explorer.progress = lambda _: progress(report)
+    with _quiet_build_context():
+        explorer.run(merge)
+    report.findings = explorer.report.findings
+    report.acknowledged = explorer.report.acknowledged
+    report.seconds = time.perf_counter() - started
+    return report
+
+
+# ---- what ``radixkv check --states BOUNDS`` runs --------------------------------------------
+
+
+def command(targets: Sequence[Target], text: str, traces: Path, own: bool) -> int:
+    """Explore each target, print its row, write a trace per finding."""
+    from radixkv_conformance.progress import Progress
+    from radixkv_conformance.trace import write
+
+    reports = []
+    for target in targets:
+        bounds = own_bounds(text, target.label) if own else parse_bounds(text)
+        with Progress(target.label) as bar:
+
+            def show(report: StatesReport, bar: Progress = bar) -> None:
+                bar.update(Counter({"states": report.states, "steps": report.transitions}))
+
+            report = explore_states(target.machine(), bounds, name=target.label, progress=show)
+        reports.append(report)
+        print(report.render(), flush=True)
+        for i, finding in enumerate(report.findings.values(), 1):
+            if finding.trace is not None:
+                path = traces / f"states-{_slug(target.label)}-{i}.json"
+                write(finding.trace, path)
+                print(f"  trace of finding {i}: {path}")
+    print("\n" + table(reports))
+    failed = [r.name for r in reports if not r.passed]
+    print("every reachable state held" if not failed else f"FAILED: {', '.join(failed)}")
+    return 1 if failed else 0
+
+
+def table(reports: Sequence[StatesReport]) -> str:
+    """The README's table: one row per cache."""
+    rows = [
+        "| cache | bounds | states | transitions | max depth | seconds | fixpoint |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in reports:
+        rows.append(
+            f"| {r.name} | `{r.bounds}` | {r.states} | {r.transitions} | {r.max_depth} "
+            f"| {r.seconds:.1f} | {'yes' if r.fixpoint else 'no'} |"
+        )
+    return "\n".join(rows)
