@@ -12,8 +12,8 @@ from radixkv_conformance.adapters.radixkv import radix_cache
 from radixkv_conformance.cli import main
 from radixkv_conformance.exhaustive import explore, own_targets, target
 from radixkv_conformance.profile import RADIXKV
+from radixkv_conformance.replay import replay
 from radixkv_conformance.states import Bounds, explore_states, parse_bounds
-from radixkv_conformance.trace import replay
 
 TINY = parse_bounds("tokens=1,length=1,locks=1")
 LOCKED = functools.partial(planted.factory, bugs="locked")
