@@ -17,6 +17,8 @@ reaches ``host.free``), ``cache_blocks``, then ``free`` the request: the key's b
 cached-but-free, tail first. ``lock``: a request holding the path's blocks; ``unlock`` frees it.
 ``evict(n)``: allocate blocks until ``n`` tokens were evicted, then free them back (uncached).
 Block ``b`` holds the page indices ``range(b * p, (b + 1) * p)``; block 0 is vLLM's null block.
+An insert the pool cannot hold beside the locked blocks (vLLM's scheduler would not admit
+it) drops the run (``hypothesis.reject``): the kit has no capacity refusal yet.
 Options (``--option KEY=VALUE``): ``blocks`` (pool size, default 16), ``events`` (default 1).
 """
 
