@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from types import ModuleType
 from typing import NamedTuple, TypeVar
 
 import pytest
@@ -490,3 +492,26 @@ def play_five_leaves(
     insert(d, 0)
     insert(e, -1)
     match(b)
+
+
+def peer_adapter(module: str, engine: str) -> ModuleType:
+    """A kit adapter of an engine that may be absent: skipped with the loader's reason."""
+    try:
+        return importlib.import_module(f"radixkv_conformance.adapters.{module}")
+    except ImportError as missing:
+        pytest.skip(f"{engine} is not importable: {missing}")
+
+
+class RecordingHost:
+    """The kit's host for a peer adapter's direct tests: it records what the cache frees."""
+
+    page_size = 2
+    sliding_window = None
+
+    def __init__(self) -> None:
+        self.freed: list[tuple[int, ...]] = []
+
+    def free(self, indices: tuple[int, ...]) -> None:
+        self.freed.append(indices)
+
+    __call__ = free

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import importlib
 from pathlib import Path
-from typing import Any
 
 import pytest
 from radixkv_conformance.adapters import _max_import
+
+from tests.helpers import RecordingHost, peer_adapter
 
 
 def test_without_max_src_the_error_says_how_to_get_a_checkout(
@@ -26,29 +26,9 @@ def test_a_folder_without_the_trie_is_refused(
         _max_import.checkout()
 
 
-def _max_own() -> Any:
-    try:
-        return importlib.import_module("radixkv_conformance.adapters.max_own")
-    except ImportError as missing:
-        pytest.skip(f"MAX's RadixTrie is not importable: {missing}")
-
-
-class Host:
-    page_size = 2
-    sliding_window = None
-
-    def __init__(self) -> None:
-        self.freed: list[tuple[int, ...]] = []
-
-    def free(self, indices: tuple[int, ...]) -> None:
-        self.freed.append(indices)
-
-    __call__ = free
-
-
 def test_an_eviction_is_one_flat_free_and_matches_read_the_blocks() -> None:
-    max_own = _max_own()
-    host = Host()
+    max_own = peer_adapter("max_own", "MAX's RadixTrie")
+    host = RecordingHost()
     adapter = max_own.factory(2, host)
     _, node = adapter.insert((1, 2, 3, 4, 5), None, (10, 11, 12, 13, 14))
     assert adapter.match((1, 2, 3, 4), None)[0] == (10, 11, 12, 13)

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import functools
-import importlib
 from pathlib import Path
-from typing import Any
 
 import pytest
 from hypothesis import settings
 from radixkv_conformance import run_conformance
 from radixkv_conformance.adapters import _vllm_import
+
+from tests.helpers import RecordingHost, peer_adapter
 
 
 def test_without_vllm_src_the_error_says_how_to_get_it(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -27,29 +27,9 @@ def test_a_folder_without_the_block_pool_is_refused(
         _vllm_import.source()
 
 
-def _vllm() -> Any:
-    try:
-        return importlib.import_module("radixkv_conformance.adapters.vllm")
-    except ImportError as missing:
-        pytest.skip(f"vLLM's prefix cache is not importable: {missing}")
-
-
-class Host:
-    page_size = 2
-    sliding_window = None
-
-    def __init__(self) -> None:
-        self.freed: list[tuple[int, ...]] = []
-
-    def free(self, indices: tuple[int, ...]) -> None:
-        self.freed.append(indices)
-
-    __call__ = free
-
-
 def test_reset_is_refused_while_a_request_holds_blocks_and_frees_after() -> None:
-    vllm = _vllm()
-    host = Host()
+    vllm = peer_adapter("vllm", "vLLM's prefix cache")
+    host = RecordingHost()
     cache = vllm.factory(2, host, blocks="4")
     got = cache.insert((1, 2, 3, 4, 5), "a", ())
     assert got.prefix_len == 0 and len(got.indices) == 4
@@ -65,8 +45,8 @@ def test_reset_is_refused_while_a_request_holds_blocks_and_frees_after() -> None
 
 
 def test_an_insert_into_a_full_pool_evicts_the_least_recent_block() -> None:
-    vllm = _vllm()
-    host = Host()
+    vllm = peer_adapter("vllm", "vLLM's prefix cache")
+    host = RecordingHost()
     cache = vllm.factory(2, host, blocks="2")
     first = cache.insert((1, 1), None, ())
     cache.insert((2, 2), None, ())
@@ -77,7 +57,7 @@ def test_an_insert_into_a_full_pool_evicts_the_least_recent_block() -> None:
 
 @pytest.mark.search
 def test_a_short_search_holds_and_evicts_by_allocating() -> None:
-    vllm = _vllm()
+    vllm = peer_adapter("vllm", "vLLM's prefix cache")
     short = settings(
         max_examples=40, stateful_step_count=20, deadline=None, database=None, derandomize=True
     )
