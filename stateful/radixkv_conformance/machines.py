@@ -63,6 +63,7 @@ from radixkv_conformance.protocol import (
     Indices,
     Namespace,
     as_evicted,
+    as_matched,
 )
 from radixkv_conformance.strategies import (
     BAD_NAMESPACE,
@@ -518,6 +519,28 @@ class ConformanceMachine(RuleBasedStateMachine):
         tokens, ns, indices = tuple(step["tokens"]), step["namespace"], tuple(step["indices"])
         return self.sut.insert(tokens, ns, indices)
 
+    match_invariant: ClassVar[str] = "INV-10"
+    """The invariant a wrong match breaks in this mode (INV-23 under a sliding window)."""
+
+    def expected_match(self, namespace: Namespace, tokens: tuple[int, ...]) -> tuple[int, ...]:
+        """What the mode's spec model matches (and refreshes) for this lookup."""
+        return tuple(self.model.match(namespace, tokens))
+
+    def do_match(self, tokens: tuple[int, ...], namespace: Namespace) -> NodeRef:
+        """A lookup: the cache's indices must be the spec's; the handle ends at the match."""
+        step = self.log("match", tokens=list(tokens), namespace=namespace)
+        with self.checking("match"):
+            got = as_matched(self.sut.match(tokens, namespace))
+            self.scribble_caller_buffers()
+            expected = self.expected_match(namespace, tokens)
+            step["expect"] = {"indices": list(expected)}
+            self.require(
+                tuple(got.indices) == expected,
+                f"{self.match_invariant}: match gave {got.indices}, spec says {expected}",
+            )
+            self.count("match")
+            return self.ref(got.handle, namespace, tokens[: len(expected)])
+
     def call_evict(self, step: Step) -> Evicted:
         return as_evicted(self.sut.evict(step["num_tokens"]))
 
@@ -738,8 +761,7 @@ class ConformanceMachine(RuleBasedStateMachine):
 
     def refresh(self, tokens: tuple[int, ...], namespace: Namespace) -> None:
         """One match as a request that then goes away (a mode may have to clean up)."""
-        rules: Any = self  # every mode's rule set has its own do_match
-        rules.do_match(tokens, namespace)
+        self.do_match(tokens, namespace)
 
     @precondition(lambda self: self.has("hashing"))
     @rule(ref=nodes)

@@ -23,7 +23,6 @@ from radixkv_spec.tokens import page_align
 from radixkv_conformance.machines import BAD_CALLS, ConformanceMachine, NodeRef, Step
 from radixkv_conformance.protocol import (
     Evicted,
-    Matched,
     Namespace,
     as_evicted,
     as_inserted,
@@ -86,7 +85,9 @@ class MambaRules(ConformanceMachine):
 
     # ---- steps ---------------------------------------------------------------------------
 
-    def do_match(self, tokens: tuple[int, ...], namespace: Namespace) -> tuple[Matched, NodeRef]:
+    def do_match(self, tokens: tuple[int, ...], namespace: Namespace) -> NodeRef:
+        """A lookup, as in every mode; what else a Mamba match returns (its copy-on-write
+        slot, the branching length) the request reads from ``self.matched``."""
         step = self.log("match", tokens=list(tokens), namespace=namespace)
         with self.checking("match"):
             copies = len(self.copies)
@@ -121,7 +122,8 @@ class MambaRules(ConformanceMachine):
                     self.copies[copies:] == expected, f"INV-33: copies {self.copies[copies:]}"
                 )
             self.count("match")
-            return got, self.ref(got.handle, namespace, tokens[: want.prefix_len])
+            self.matched = got
+            return self.ref(got.handle, namespace, tokens[: want.prefix_len])
 
     def do_insert(
         self,
@@ -216,13 +218,15 @@ class MambaRules(ConformanceMachine):
     @rule(target=ConformanceMachine.nodes, data=st.data())
     def match(self, data: st.DataObject) -> NodeRef:
         """A request that matches, then aborts: it frees its copy of the state."""
-        got, ref = self.do_match(self.draw_tokens(data), self.draw_namespace(data))
+        ref = self.do_match(self.draw_tokens(data), self.draw_namespace(data))
+        got = self.matched
         if got.cow_slot is not None:
             self.do_free_slot(got.cow_slot)
         return ref
 
     def refresh(self, tokens: tuple[int, ...], namespace: Namespace) -> None:
-        got, _ = self.do_match(tokens, namespace)
+        self.do_match(tokens, namespace)
+        got = self.matched
         if got.cow_slot is not None:
             self.do_free_slot(got.cow_slot)
 
@@ -232,7 +236,8 @@ class MambaRules(ConformanceMachine):
         then cache the whole key with the request's own slot (copy-on-write)."""
         ns = self.draw_namespace(data)
         tokens = self.draw_tokens(data)
-        got, matched = self.do_match(tokens, ns)
+        matched = self.do_match(tokens, ns)
+        got = self.matched
         working = got.cow_slot if got.cow_slot is not None else self.new_slot()
         done = len(matched.prefix)
         row = tuple(got.indices) + self.allocate(len(tokens) - done)

@@ -99,8 +99,7 @@ def _run_step(
         return
     keywords = {k: step[k] for k in _MODE_FIELDS.get((m.mode, op), ()) if k in step}
     if op == "match":
-        found = rules.do_match(tuple(step["tokens"]), step["namespace"])
-        nodes[sid] = found[1] if isinstance(found, tuple) else found
+        nodes[sid] = m.do_match(tuple(step["tokens"]), step["namespace"])
     elif op == "insert":
         tokens, ns, indices = tuple(step["tokens"]), step["namespace"], tuple(step["indices"])
         nodes[sid] = rules.do_insert(tokens, ns, indices, **keywords)

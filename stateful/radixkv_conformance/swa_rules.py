@@ -19,7 +19,7 @@ from radixkv_spec.swa import FreeEvent, Position, SlidingWindowModel
 from radixkv_spec.tokens import page_align
 
 from radixkv_conformance.machines import BAD_CALLS, ConformanceMachine, NodeRef, Step
-from radixkv_conformance.protocol import Evicted, Namespace, as_evicted, as_inserted, as_matched
+from radixkv_conformance.protocol import Evicted, Namespace, as_evicted, as_inserted
 from radixkv_conformance.strategies import up_to
 
 
@@ -28,6 +28,7 @@ class SwaRules(ConformanceMachine):
 
     mode: ClassVar[str] = "swa"
     checks = ConformanceMachine.checks | {"swa"}
+    match_invariant = "INV-23"
     bad_calls: ClassVar[dict[str, tuple[str, tuple[str, ...]]]] = {
         **BAD_CALLS,
         "evict a negative swa_num_tokens": ("_negative_swa_evict", ("bad_input",)),
@@ -84,20 +85,6 @@ class SwaRules(ConformanceMachine):
         return {**step, "prev_prefix_len": 0, "swa_evicted_seqlen": 0}
 
     # ---- steps ---------------------------------------------------------------------------
-
-    def do_match(self, tokens: tuple[int, ...], namespace: Namespace) -> NodeRef:
-        step = self.log("match", tokens=list(tokens), namespace=namespace)
-        with self.checking("match"):
-            got = as_matched(self.sut.match(tokens, namespace))
-            self.scribble_caller_buffers()
-            expected = self.model.match(namespace, tokens)
-            step["expect"] = {"indices": list(expected)}
-            self.require(
-                tuple(got.indices) == expected,
-                f"INV-23: match gave {got.indices}, spec says {expected}",
-            )
-            self.count("match")
-            return self.ref(got.handle, namespace, tokens[: len(expected)])
 
     def do_insert(
         self,
