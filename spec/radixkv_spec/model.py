@@ -509,9 +509,16 @@ class PrefixCacheModel:
         holds(not locked, "INV-11", f"victim ending at {leaf!r} is locked", "locked-victim")
         # INV-11: the victim is one the engine's victim order admits (LRU: the least
         # recently used evictable leaf, ties allowed)
-        candidates = [self.leaf_facts(pos) for pos in self.evictable_leaves()]
+        leaves = self.evictable_leaves()
+        candidates = [self.leaf_facts(pos) for pos in leaves]
         admitted = self.victims.admissible(self.leaf_facts((ns, leaf)), candidates)
-        message = f"victim {leaf!r} is not {self.victims.name}"
+        message = ""
+        if not admitted:  # name the namespace and the leaves the order would have taken
+            due = [q for q in leaves if self.victims.admissible(self.leaf_facts(q), candidates)]
+            message = (
+                f"victim {leaf!r} (namespace {ns!r}) is not {self.victims.name}: "
+                f"expected one of {sorted(due, key=repr)}"
+            )
         holds_or_waived(admitted, "INV-11", message, "victim-order", waive)
         for _, path in run:
             self._drop_page(ns, path)

@@ -345,7 +345,8 @@ class SlidingWindowModel:
         )
         if lru:
             admitted = self._admissible(leaf, among)
-            message = f"{leaf!r} is not the {self.victims.name} leaf"
+            due = [] if admitted else [q for q in among if self._admissible(q, among)]
+            message = f"{leaf!r} is not the {self.victims.name} leaf: expected one of {due}"
             holds_or_waived(admitted, "INV-11", message, "victim-order", waive)
         for q in run:
             out.full_evicted += self.page_size
