@@ -94,8 +94,10 @@ def _load() -> tuple[Any, ...]:
         vars(kv_events)["StorageMedium"] = enum.Enum("StorageMedium", "GPU CPU DISK EXTERNAL")
     os.environ.setdefault("SGLANG_RUST_BUILD_MODE", "never")  # the bundled .so, never Cargo
     no_numpy = "numpy" not in sys.modules and importlib.util.find_spec("numpy") is None
-    if no_numpy:
-        sys.modules["numpy"] = Stub("numpy")
+    if no_numpy:  # the components use numpy's float64 as their recency clock's type
+        numpy = Stub("numpy")
+        vars(numpy)["float64"] = float
+        sys.modules["numpy"] = numpy
     try:
         names = "unified_radix_cache allocator.swa cache_init_params base_prefix_cache radix_cache"
         names += " unified_cache.component_type"
