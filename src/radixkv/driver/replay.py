@@ -167,7 +167,8 @@ def command(args: argparse.Namespace) -> int:
         return 2
     print(f"trace: seed {cfg.seed}, {cfg.requests} requests of ~{cfg.prompt_len} tokens")
     print(f"trace sha256 {trace_digest(cfg)}")
-    bar = None if args.no_progress or cfg.requests < 200 else _progress_bar(cfg.requests)
+    quiet = args.no_progress or cfg.requests < 200 or not sys.stderr.isatty()
+    bar = None if quiet else _progress_bar(cfg.requests)  # a bar only on a terminal
     with contextlib.ExitStack() as stack:
         events = _publisher(args, stack) if args.events else None
         report = replay(
