@@ -9,6 +9,7 @@ Usage: ``python -m mutation [--suite ARGS] [--jobs N] [NAME ...]``.
 from __future__ import annotations
 
 import argparse
+import io
 import os
 import shutil
 import subprocess
@@ -78,6 +79,8 @@ def run(mutant: Mutant, suite: list[str] | None = None) -> tuple[Mutant, bool, f
 
 
 def main() -> int:
+    if isinstance(sys.stdout, io.TextIOWrapper):  # each mutant's line reaches a redirected log
+        sys.stdout.reconfigure(line_buffering=True)
     parser = argparse.ArgumentParser(prog="python -m mutation", description=__doc__)
     parser.add_argument("names", nargs="*", help="run only these mutants")
     parser.add_argument("--suite", help="pytest arguments (default: each mutant's own suite)")
