@@ -15,6 +15,8 @@ from radixkv_conformance.profile import RADIXKV
 from radixkv_conformance.replay import replay
 from radixkv_conformance.states import Bounds, explore_states, parse_bounds
 
+pytestmark = pytest.mark.search  # kit explorations: run once, not again on the pure key path
+
 TINY = parse_bounds("tokens=1,length=1,locks=1")
 LOCKED = functools.partial(planted.factory, bugs="locked")
 
