@@ -167,7 +167,7 @@ def key_limit(limit: object) -> int | None:
 def _first_ids(token_ids: Sequence[Token], n: int) -> list[object]:
     """The first ``n`` token ids as plain Python values (a tensor's or array's as ints)."""
     if hasattr(token_ids, "tolist"):  # tensors, numpy arrays, array('q'), memoryviews
-        return list(token_ids[:n].tolist())  # type: ignore[attr-defined]
+        return list(token_ids[:n].tolist())  # type: ignore[attr-defined]  # hasattr-checked
     return list(itertools.islice(token_ids, n))
 
 

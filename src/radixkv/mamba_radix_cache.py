@@ -142,7 +142,7 @@ class MambaRadixCache(RadixCache):
         keywords = insert_keywords({**kwargs, "mamba_value": mamba_value})
         return self._insert(key, value, keywords._replace(prev_prefix_len=0, swa_evicted_seqlen=0))
 
-    def dec_lock_ref(self, node: Any, **kwargs: Any) -> None:  # type: ignore[override]
+    def dec_lock_ref(self, node: Any, **kwargs: Any) -> None:  # type: ignore[override]  # the seed's signature
         """Undo one ``inc_lock_ref(node)``; an unlock that no lock matches is a LockError.
 
         ``swa_boundary_id=`` may be given, as to every cache, and must be what

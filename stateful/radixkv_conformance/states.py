@@ -300,7 +300,7 @@ def _renamed(value: Any, ranks: dict[float, int]) -> Hashable:
         return ranks.get(value, value)
     if isinstance(value, tuple):
         return tuple(_renamed(item, ranks) for item in value)
-    return value  # type: ignore[no-any-return]
+    return value  # type: ignore[no-any-return]  # any other leaf is returned as it came
 
 
 # ---- the exploration --------------------------------------------------------------------------
