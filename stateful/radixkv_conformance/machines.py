@@ -245,7 +245,8 @@ class ConformanceMachine(RuleBasedStateMachine):
         self.swa_freed: set[int] = set()
         self.freed_slots: set[int] = set()
         self.keys_seen: list[tuple[int, ...]] = [()]
-        self.cached_refs: list[NodeRef] = []  # handles below the root, for lock
+        # the newest handle on each cached position below the root, oldest first (for lock)
+        self.cached_refs: dict[tuple[Namespace, tuple[int, ...]], NodeRef] = {}
         self.hash_of: dict[tuple[Namespace, tuple[int, ...]], object] = {}  # opaque hashes
         self.page_of: dict[object, tuple[Namespace, tuple[int, ...]]] = {}
         self.resets = 0
@@ -463,7 +464,8 @@ class ConformanceMachine(RuleBasedStateMachine):
         step = len(self.trace) - 1
         made = NodeRef(handle, namespace, prefix, self.birth(), self.resets, step)
         if prefix:
-            self.cached_refs.append(made)
+            self.cached_refs.pop((namespace, prefix), None)  # it moves to the newest end
+            self.cached_refs[(namespace, prefix)] = made
         return made
 
     def birth(self) -> int:
@@ -728,7 +730,7 @@ class ConformanceMachine(RuleBasedStateMachine):
         a node below the root instead when there is one, so the rules about locked pages
         (a locked victim) are tried as often as the others."""
         if not ref.prefix:
-            live = [r for r in self.cached_refs if not self.is_stale(r)]
+            live = [r for r in self.cached_refs.values() if not self.is_stale(r)]
             if live:  # the newest first: what a running request holds
                 ref = live[-1 - data.draw(up_to(len(live) - 1), label="cached node")]
         return self.do_lock(ref)

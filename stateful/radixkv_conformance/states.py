@@ -213,7 +213,7 @@ def _kit(m: Any, bundles: dict[str, list[Any]], owned: frozenset[str]) -> Hashab
     held = tuple(
         (name, _handles(m, values, name != "locks")) for name, values in sorted(bundles.items())
     )
-    refs = _handles(m, getattr(m, "cached_refs", []), True)
+    refs = _handles(m, list(getattr(m, "cached_refs", {}).values()), True)
     return (held, refs, tuple(sorted(set(map(tuple, m.keys_seen)))), rest)
 
 
