@@ -46,7 +46,7 @@ it used by ``radixkv check MODULE:FACTORY`` in every mode, ``--replay`` included
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Hashable, Mapping
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 Namespace = str | None
@@ -319,6 +319,27 @@ class EventsAdapter(Protocol):
         map tagged ``type`` (``"BlockStored"``, ``"BlockRemoved"``, ``"AllBlocksCleared"``)
         or a tagged array, read by field name in the profile's ``event_layout``
         (``radixkv_spec.events.parse_record``)."""
+
+
+@runtime_checkable
+class CanonicalStateAdapter(Protocol):
+    """Optional, no capability: lets ``radixkv check --states`` merge equivalent states.
+
+    Without it the explorer compares ``snapshot()``, ``contents()`` and ``sizes()`` with
+    every large number renamed to its rank, so a cache's own ids and stamps keep states
+    apart that have the same future (SPEC.md "The canonical state")."""
+
+    def canonical_state(self, handles: Sequence[Any]) -> tuple[Hashable, tuple[Hashable, ...]]:
+        """The cache's whole state as plain values, and a name for each of ``handles``
+        (node handles and lock tokens it returned) in the same terms.
+
+        Two states with the same picture must have the same future: keep the tree, the
+        indices, locks and whatever eviction reads; replace the cache's own identities
+        (node ids, lock ids) and stamps by their ranks among the live ones (small ints),
+        and leave out what the future never reads (counters of past events, a lazy heap's
+        stale entries). KV indices and state slots stay as the kit gave them: the kit
+        renames those together with its own ledger and the spec's.
+        """
 
 
 CAPABILITY_PROTOCOLS: dict[str, tuple[type[Any], dict[str, tuple[str, ...]]]] = {

@@ -47,9 +47,12 @@ from radixkv_conformance.exhaustive import (
     _State,
 )
 
-LOW = 16
-"""Where the kit's KV indices and the spec's clock start in an explored run: above every
-number the bounds give a meaning of its own (``Bounds.low``)."""
+LOW = 1 << 10
+"""Where the kit's KV indices start in an explored run: above every number the bounds give
+a meaning of its own (``Bounds.low``) and every rank a canonical picture holds."""
+SLOTS = 1 << 20
+"""Where the kit's state slots start: a range of their own, so that a slot and a KV index
+handed out at different times never compare (each kind is ranked apart)."""
 EVICT_ALL = 1 << 20  # the machines' "evict everything"
 
 # ---- bounds -----------------------------------------------------------------------------------
@@ -146,9 +149,9 @@ PRESETS = {
 """Named bounds; ``own_bounds`` picks the CI bounds of each of radixkv's caches."""
 OWN_BOUNDS = {  # radixkv's caches in CI (about two minutes in all on 2 cores): tox -e stateful
     "ci": {
-        "RadixCache": "tokens=1,length=1,locks=1,depth=4",
-        "RadixCache (SWA)": "tokens=1,length=1,locks=1,depth=4",
-        "MambaRadixCache": "tokens=1,length=1,locks=1,depth=4",
+        "RadixCache": "tokens=1,length=1,locks=1",
+        "RadixCache (SWA)": "tokens=1,length=1,locks=1",
+        "MambaRadixCache": "tokens=1,length=1,locks=1",
         "ChunkCache": "tokens=2,length=1,locks=1",
         "RadixTrie": "tokens=1,length=1,locks=1",
     },
@@ -184,19 +187,19 @@ def canonical(state: _State, hypothesis_owned: frozenset[str], low: int = LOW) -
     """The canonical form of a state (SPEC.md "The canonical state").
 
     The raw picture is the start variant, the symmetry counts, the kit's own state (handles,
-    locks, keys, ledger), the spec model, and the implementation's snapshot, contents and
-    sizes; then every number >= ``low`` anywhere in it is replaced by ``low`` + its rank
-    among them (one order-preserving renaming of the whole state).
+    locks, keys, ledger), the spec model with its ticks as ranks, and the implementation's
+    ``canonical_state`` (or, for an adapter without one, its snapshot, contents and sizes);
+    then every number >= ``low`` anywhere in it is replaced by ``low`` + its rank among them
+    (one order-preserving renaming of the whole state).
     """
     m = state.machine
+    sut, names = _implementation(m, state.bundles)
     raw: tuple[Any, ...] = (
         state.variant,
         state.seen,
-        _kit(m, state.bundles, hypothesis_owned),
-        _plain(m.model),
-        _plain(m.sut.snapshot()),
-        _plain(m.sut.contents()),
-        _plain(m.sut.sizes()),
+        _kit(m, state.bundles, hypothesis_owned, names),
+        _model(m.model),
+        sut,
     )
     live = set(_numbers(raw))
     ledger = tuple(
@@ -207,31 +210,91 @@ def canonical(state: _State, hypothesis_owned: frozenset[str], low: int = LOW) -
     return _renamed(raw, ranks)
 
 
-def _kit(m: Any, bundles: dict[str, list[Any]], owned: frozenset[str]) -> Hashable:
+Names = dict[int, Hashable]
+"""The implementation's name for each handle object, by ``id()`` (``canonical_state``)."""
+
+
+def _implementation(m: Any, bundles: dict[str, list[Any]]) -> tuple[Hashable, Names]:
+    """The implementation's part of the picture, and its names for the handles held."""
+    hook = getattr(m.sut, "canonical_state", None)
+    if not callable(hook):  # no hook: the snapshot as it is, renamed with the rest
+        return (_plain(m.sut.snapshot()), _plain(m.sut.contents()), _plain(m.sut.sizes())), {}
+    held = [*(v for values in bundles.values() for v in values), *_refs(m)]
+    objects = [o for v in held for o in _cache_objects(v)]
+    picture, names = hook(objects)
+    if len(names) != len(objects):
+        raise ValueError(f"canonical_state named {len(names)} of {len(objects)} handles")
+    return picture, {id(o): name for o, name in zip(objects, names, strict=True)}
+
+
+def _refs(m: Any) -> list[Any]:
+    return list(getattr(m, "cached_refs", {}).values())
+
+
+def _cache_objects(value: Any) -> list[Any]:
+    """What the cache returned inside one of the kit's handles: a node, a lock token."""
+    if hasattr(value, "token") and hasattr(value, "node"):  # a lock
+        return [value.token, *_cache_objects(value.node)]
+    if hasattr(value, "prefix") and hasattr(value, "born"):  # a node handle
+        return [value.handle]
+    return [value]
+
+
+def _kit(m: Any, bundles: dict[str, list[Any]], owned: frozenset[str], names: Names) -> Hashable:
     skip = owned | HISTORY | STALENESS | CONSTANT | LEDGER | COUNTERS | OWN
     rest = tuple(sorted((k, _plain(v)) for k, v in vars(m).items() if k not in skip))
     held = tuple(
-        (name, _handles(m, values, name != "locks")) for name, values in sorted(bundles.items())
+        (name, _handles(m, values, name != "locks", names))
+        for name, values in sorted(bundles.items())
     )
-    refs = _handles(m, list(getattr(m, "cached_refs", {}).values()), True)
+    refs = _handles(m, _refs(m), True, names)
     return (held, refs, tuple(sorted(set(map(tuple, m.keys_seen)))), rest)
 
 
-def _handles(m: Any, values: Sequence[Any], as_set: bool) -> Hashable:
+def _handles(m: Any, values: Sequence[Any], as_set: bool, names: Names) -> Hashable:
     """Handles as sets (a node handle can be drawn again and again), locks as multisets
     (each one can be undone once)."""
-    canon = [_handle(m, v) for v in values]
+    canon = [_handle(m, v, names) for v in values]
     return tuple(sorted(set(canon) if as_set else canon, key=repr))
 
 
-def _handle(m: Any, value: Any) -> Hashable:
+def _handle(m: Any, value: Any, names: Names) -> Hashable:
     if hasattr(value, "token") and hasattr(value, "node"):  # a lock
-        return ("lock", _handle(m, value.node), _shallow(value.token), value.refused)
+        token = _named(value.token, names)
+        return ("lock", _handle(m, value.node, names), token, value.refused)
     if hasattr(value, "prefix") and hasattr(value, "born"):  # a node handle
         if m.is_stale(value):  # every use of it must be rejected, whichever node it was
             return ("stale node",)
-        return ("node", value.namespace, value.prefix, _shallow(value.handle))
-    return ("value", _shallow(value))
+        return ("node", value.namespace, value.prefix, _named(value.handle, names))
+    return ("value", _named(value, names))
+
+
+def _named(value: Any, names: Names) -> Hashable:
+    return names[id(value)] if id(value) in names else _shallow(value)
+
+
+TICKS = frozenset({"recency", "latest", "born"})
+"""The spec models' fields whose values are ticks of their logical clock."""
+UNREAD = frozenset({"clock", "last_reset"})
+"""Spec fields no future reads once ticks are ranks: every new tick is above every earlier
+one, and ``last_reset`` is read only against a handle's tick (the kit's handles say
+whether they are stale)."""
+HITLESS = frozenset({"lru", "lru-split-refreshes-both", "any", "fifo", "mru", "priority"})
+"""Victim orders that never read a page's hit count (only ``lfu`` does)."""
+
+
+def _model(model: Any) -> Hashable:
+    """The spec model's fields, ticks as dense ranks, what no future reads left out."""
+    fields = dict(vars(model))
+    for name in UNREAD:
+        fields.pop(name, None)
+    if getattr(getattr(model, "victims", None), "name", None) in HITLESS:
+        fields.pop("hits", None)
+    ticks = [t for name in TICKS & fields.keys() for t in fields[name].values()]
+    rank = {t: r for r, t in enumerate(sorted(set(ticks)))}
+    for name in TICKS & fields.keys():
+        fields[name] = {k: rank[t] for k, t in fields[name].items()}
+    return (type(model).__name__, _plain(fields))
 
 
 def _shallow(value: Any) -> Hashable:
@@ -435,9 +498,9 @@ class _Breadth(_Explorer):
 
 def _outcome(key: Hashable) -> Hashable:
     """What a state shows the caller: the start variant, the spec's state and the cache's
-    contents and sizes (the soundness test compares these, merged or not)."""
+    own part of the picture (the soundness test compares these, merged or not)."""
     parts: tuple[Any, ...] = key  # type: ignore[assignment]  # canonical() builds a tuple
-    return (parts[0], parts[3], parts[5], parts[6])
+    return (parts[0], parts[3], parts[4])
 
 
 def _steps_of(state: _State) -> list[Any]:
@@ -445,11 +508,11 @@ def _steps_of(state: _State) -> list[Any]:
 
 
 def _offset(machine: Any) -> None:
-    """Start the kit's KV indices and the spec's clock at ``LOW``: identities and stamps,
-    never confused with tokens or counts (a trace replays the same with any start)."""
+    """Start the kit's KV indices at ``LOW`` and its state slots at ``SLOTS``: identities,
+    never confused with tokens, counts or ranks, nor with each other (a trace replays the
+    same with any start)."""
     machine.next_index = max(machine.next_index, LOW)
-    if hasattr(machine.model, "clock") and machine.model.clock < LOW:
-        machine.model.clock = LOW
+    machine.next_slot = max(machine.next_slot, SLOTS)
 
 
 def explore_states(

@@ -11,7 +11,7 @@ reusing its buffers would (capability ``caller_buffers``): the cache must not ke
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from typing import Any, cast
 
 import torch
@@ -121,6 +121,27 @@ class _OwnCacheAdapter:
     def check(self) -> None:
         self.cache.check_invariants()
 
+    def canonical_state(self, handles: Sequence[Any]) -> tuple[Hashable, tuple[Hashable, ...]]:
+        """The tree with node ids, births and stamps as ranks, nodes named by their place
+        in a walk (children in the tree's own order), handles by the node they name
+        (``_Canon``). Left out: the evicted-id log (ids are never reused), the heap's stale
+        entries, hit counts unless the eviction policy reads them."""
+        canon = _Canon(self.cache.root, reads_hits=self._reads_hits())
+        sizes = (self.cache.evictable_size(), self.cache.protected_size())
+        picture = (canon.nodes(self._node_extra), self._mode_state(canon), sizes)
+        return picture, tuple(canon.name(h) for h in handles)
+
+    def _reads_hits(self) -> bool:
+        return False
+
+    def _node_extra(self, node: Any) -> tuple[Hashable, ...]:
+        """What this cache keeps on a node besides the tree's own fields."""
+        return ()
+
+    def _mode_state(self, canon: _Canon) -> Hashable:
+        """What this cache keeps besides its nodes (SWA's lock records, Mamba's LRU)."""
+        return None
+
 
 def _node_state(node: TreeNode, *extra: object) -> tuple[object, ...]:
     """What a snapshot holds of every node: where it is, its tokens, indices and recency,
@@ -218,6 +239,23 @@ class RadixCacheAdapter(_OwnCacheAdapter):
 
     def live_node_ids(self) -> set[Hashable]:
         return {node.id for node in iter_subtree(self.cache.root)}
+
+    def _reads_hits(self) -> bool:
+        return bool(self.cache.tree.policy.name == "lfu")
+
+    def _node_extra(self, node: Any) -> tuple[Hashable, ...]:
+        hashes = tuple(node.hash_values or ())
+        return (node.lock_ref, node.held_locks, hashes, node.swa_lock_ref, node.swa_tombstone)
+
+    def _mode_state(self, canon: _Canon) -> Hashable:
+        """SWA's lock records: which node each live lock id holds and where its window
+        starts (lock ids are compared by equality only: ranks)."""
+        records = getattr(self.cache._part, "_locks", {})  # read only: the SWA part's records
+        ids = _ranks(records)
+        return tuple(
+            (ids[lock_id], canon.name(record.node), record.top)
+            for lock_id, record in sorted(records.items())
+        )
 
     def snapshot(self) -> Hashable:
         nodes = tuple(
@@ -382,12 +420,74 @@ class MambaAdapter(_OwnCacheAdapter):
     def live_node_ids(self) -> set[Hashable]:
         return {node.id for node in self.cache.nodes()}
 
+    def _node_extra(self, node: Any) -> tuple[Hashable, ...]:
+        return (node.slot, node.full_lock_ref, node.mamba_lock_ref)
+
+    def _mode_state(self, canon: _Canon) -> Hashable:
+        """The mamba LRU list's order (kept by links, not stamps: it is state)."""
+        return tuple(canon.name(node) for node in self.cache.mamba_lru)
+
     def snapshot(self) -> Hashable:
         nodes = tuple(
             _node_state(n, n.slot, n.full_lock_ref, n.mamba_lock_ref) for n in self.cache.nodes()
         )
         full, mamba = self.lru_orders()
         return (nodes, self.sizes(), tuple(full), tuple(mamba), len(self.evicted_ids))
+
+
+class _Canon:
+    """One tree in canonical terms: each node named by its place in a walk from the root
+    (children in the tree's own order, which a future may read), ids and births ranked
+    together (an id orders ties; every new one is above every live one), stamps ranked
+    densely (ties kept: one touch stamps a whole path)."""
+
+    def __init__(self, root: TreeNode, reads_hits: bool) -> None:
+        self.walk = [root, *_walk(root)]
+        self.place = {id(node): at for at, node in enumerate(self.walk)}
+        self.ids = _ranks({n.id for n in self.walk} | {n.birth for n in self.walk})
+        self.stamps = _ranks({n.last_access_time for n in self.walk})
+        self.reads_hits = reads_hits
+
+    def name(self, handle: Any) -> Hashable:
+        """A node of this tree by its place; anything else (a lock token, a detached
+        node) by its own plain value, never by an id the cache made up."""
+        if isinstance(handle, TreeNode):
+            at = self.place.get(id(handle))
+            return ("node", at) if at is not None else ("detached", handle.tokens)
+        return ("value", handle if isinstance(handle, (int, str, type(None))) else repr(handle))
+
+    def nodes(self, extra: Callable[[Any], tuple[Hashable, ...]]) -> Hashable:
+        return tuple(
+            (
+                self.place.get(id(node.parent)),
+                node.extra_key,
+                node.tokens,
+                tuple(node.value.tolist()) if node.value is not None else None,
+                self.stamps[node.last_access_time],
+                self.ids[node.id],
+                self.ids[node.birth],
+                node.hit_count if self.reads_hits else None,
+                node.priority,
+                *extra(node),
+            )
+            for node in self.walk
+        )
+
+
+def _walk(root: TreeNode) -> list[TreeNode]:
+    """Every node below ``root``, parents first, children in the tree's order."""
+    out: list[TreeNode] = []
+    stack = list(reversed(root.children.values()))
+    while stack:
+        node = stack.pop()
+        out.append(node)
+        stack.extend(reversed(node.children.values()))
+    return out
+
+
+def _ranks(values: Iterable[Any]) -> dict[Any, int]:
+    """Each distinct value's rank among ``values`` (equal values share one)."""
+    return {value: rank for rank, value in enumerate(sorted(set(values)))}
 
 
 def _paths(root: TreeNode) -> list[tuple[TreeNode, tuple[int, ...]]]:
