@@ -1,5 +1,6 @@
-"""Packaged like a library: the spec and the kit import without torch, the wheel installs
-only radixkv's own names, and progress on stderr knows when stderr is not a terminal."""
+"""Packaged like a library: the spec and the kit import without torch and install without it
+(their own wheel), each wheel installs only radixkv's own names, and progress on stderr
+knows when stderr is not a terminal."""
 
 from __future__ import annotations
 
@@ -60,27 +61,54 @@ def test_the_spec_and_the_kit_import_without_torch() -> None:
     assert "imported without torch" in done.stdout
 
 
-def test_the_wheel_installs_only_radixkvs_own_names(tmp_path: Path) -> None:
-    """PyPI has unrelated `spec` and `stateful` packages: the wheel must not install them."""
+def build_wheel(project: Path) -> zipfile.ZipFile:
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "."],
+        cwd=project,
+        check=True,
+        capture_output=True,
+    )
+    (wheel,) = project.glob("*.whl")
+    return zipfile.ZipFile(wheel)
+
+
+def metadata(wheel: zipfile.ZipFile, name: str) -> str:
+    (path,) = (n for n in wheel.namelist() if n.endswith(f".dist-info/{name}"))
+    return wheel.read(path).decode()
+
+
+def requirements(wheel: zipfile.ZipFile) -> list[str]:
+    """Requires-Dist lines without an extra: what a plain pip install pulls in."""
+    lines = metadata(wheel, "METADATA").splitlines()
+    needed = [line.split(":", 1)[1].strip() for line in lines if line.startswith("Requires-Dist:")]
+    return [req for req in needed if "extra ==" not in req]
+
+
+def test_two_wheels_one_without_torch(tmp_path: Path) -> None:
+    """The cache's wheel installs only `radixkv` (PyPI has unrelated `spec` and `stateful`
+    packages) and needs torch; the kit's wheel (kit/) installs the spec and the kit, the
+    `radixkv` command, and needs no torch, so an engine without torch installs none."""
     source = tmp_path / "source"
     source.mkdir()
-    for part in ("pyproject.toml", "README.md", "src", "spec", "stateful"):
+    for part in ("pyproject.toml", "README.md", "src", "spec", "stateful", "kit"):
         if (ROOT / part).is_dir():
-            ignore = shutil.ignore_patterns("__pycache__", "*.egg-info")
+            ignore = shutil.ignore_patterns("__pycache__", "*.egg-info", "build", "*.so")
             shutil.copytree(ROOT / part, source / part, ignore=ignore)
         else:
             shutil.copy(ROOT / part, source / part)
     started = time.perf_counter()
-    subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "."],
-        cwd=source,
-        check=True,
-        capture_output=True,
-    )
-    (wheel,) = source.glob("radixkv-*.whl")
-    tops = {name.split("/")[0] for name in zipfile.ZipFile(wheel).namelist()}
-    assert tops - {"radixkv-0.1.0.dist-info"} == {"radixkv", "radixkv_spec", "radixkv_conformance"}
-    assert time.perf_counter() - started < 60, "the wheel build got slow: mark this test slow"
+    cache, kit = build_wheel(source), build_wheel(source / "kit")
+
+    def tops(wheel: zipfile.ZipFile) -> set[str]:
+        return {n.split("/")[0] for n in wheel.namelist() if ".dist-info/" not in n}
+
+    assert tops(cache) == {"radixkv"}
+    assert tops(kit) == {"radixkv_spec", "radixkv_conformance"}
+    assert [r for r in requirements(cache) if r.startswith("torch")], requirements(cache)
+    assert not [r for r in requirements(kit) if "torch" in r], requirements(kit)
+    assert "radixkv = radixkv_conformance.cli:main" in metadata(kit, "entry_points.txt")
+    assert 'radixkv-kit==0.1.0; extra == "kit"' in metadata(cache, "METADATA")
+    assert time.perf_counter() - started < 90, "the wheel builds got slow: mark this test slow"
 
 
 def test_progress_draws_nothing_when_stderr_is_not_a_terminal(

@@ -34,6 +34,7 @@ from typing import Any
 from radixkv_conformance.targets import OWN, REPLAY_DEFAULT, load
 
 SETTINGS_PROFILES = ("ci", "dev", "thorough")
+OWN_NEEDS = ("torch", "radixkv")  # what checking radixkv's own caches imports
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -55,7 +56,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.environ["HYPOTHESIS_PROFILE"] = settings_profile
     os.environ.setdefault("HYPOTHESIS_PROFILE", "ci")
     if importlib.util.find_spec("hypothesis") is None:  # the cache alone does not need it
-        parser.error("`radixkv check` needs the kit's extra: pip install 'radixkv[kit]'")
+        parser.error("`radixkv check` needs the kit: pip install ./kit (radixkv-kit)")
+    if not args.target and not all(map(importlib.util.find_spec, OWN_NEEDS)):
+        parser.error(
+            "with no MODULE:FACTORY, `radixkv check` checks radixkv's own caches, which need"
+            " radixkv and torch (pip install ./kit '.[kit]'); name your adapter instead"
+        )
     try:
         args.option = _options(args.option)
         if args.replay is not None:
