@@ -195,6 +195,10 @@ def test_plain_ids_is_exact_ints_and_bools_in_range(
     assert native._compiled.plain_ids(container(ids)) == all(_is_plain(t) for t in ids)
     end = data.draw(st.integers(0, len(ids)), label="end")  # a RadixKey limit
     assert native._compiled.plain_ids(container(ids), end) == all(_is_plain(t) for t in ids[:end])
+    start = data.draw(st.integers(0, end), label="start")  # where a walk's match ended
+    assert native._compiled.plain_ids(container(ids), end, start) == all(
+        _is_plain(t) for t in ids[start:end]
+    )
 
 
 @given(ids=st.lists(st.integers(-(2**63), 2**63 - 1), max_size=20), data=st.data())
@@ -205,14 +209,26 @@ def test_pack_ids_packs_the_ids_before_end(ids: list[object], data: st.DataObjec
 
 
 @compiled
-@given(ids=st.lists(st.integers(0, 2**63 - 1) | st.booleans(), max_size=40), data=st.data())
-def test_pack_is_native_int64(ids: list[Any], data: st.DataObject) -> None:
+@given(ids=st.lists(tokens, max_size=40), data=st.data())
+def test_pack_is_native_int64_or_none(ids: list[Any], data: st.DataObject) -> None:
     assert native._compiled is not None
     start = data.draw(st.integers(0, len(ids)))
     end = data.draw(st.integers(start, len(ids)))
-    assert native._compiled.pack(ids, start, end) == struct.pack(
-        f"={end - start}q", *ids[start:end]
-    )
+    part = ids[start:end]
+    expect = struct.pack(f"={len(part)}q", *part) if all(map(_is_plain, part)) else None
+    assert native._compiled.pack(ids, start, end) == expect
+
+
+@compiled
+@given(ids=st.lists(tokens | st.integers(2**31 - 2, 2**31 + 1), max_size=40), data=st.data())
+def test_pack32_is_native_int32_or_none(ids: list[Any], data: st.DataObject) -> None:
+    assert native._compiled is not None
+    start = data.draw(st.integers(0, len(ids)))
+    end = data.draw(st.integers(start, len(ids)))
+    part = ids[start:end]
+    fits = all(_is_plain(t) and t < 2**31 for t in part)
+    expect = struct.pack(f"={len(part)}i", *part) if fits else None
+    assert native._compiled.pack32(ids, start, end) == expect
 
 
 @compiled
@@ -248,8 +264,8 @@ def test_the_helpers_refuse_what_they_were_not_made_for() -> None:
         helpers.plain_ids([1, 2], -1)
     with pytest.raises(IndexError):
         helpers.pack([1, 2], 1, 3)
-    with pytest.raises(ValueError):
-        helpers.pack([1, -2], 0, 2)  # callers check first; never a silent wrong id
+    assert helpers.pack([1, -2], 0, 2) is None  # never a silent wrong id
+    assert helpers.pack32([1, 2**31], 0, 2) is None  # nor a narrowed one
     with pytest.raises(IndexError):
         helpers.shared(b"", [1], 2, 1)
 
@@ -261,8 +277,16 @@ def test_a_list_key_is_read_in_place_and_a_tuple_tree_is_not() -> None:
         assert type(read_key(RadixKey(ids), 1, packed=True).data) is ListKey
         assert type(read_key(RadixKey(ids), 2, packed=True).data) is ListKey  # truncated
         assert read_key(RadixKey(ids), 1, packed=False).data == (1, 2, 3)
-        bigram = RadixKey([1, (2, 3)])
-        assert read_key(bigram, 1, packed=True).data == (1, (2, 3))  # the reference path
+        bigram = read_key(RadixKey([1, (2, 3)]), 1, packed=True)
+        state = (type(bigram.data), bigram.unchecked)
+        assert state == (ListKey, True)  # read in place: the walk checks it
+        assert not bigram.settle(1)  # the tuple: read again by the reference path
+        assert (bigram.data, bigram.unchecked) == ((1, (2, 3)), False)
+        plain = read_key(RadixKey(ids), 1, packed=True)
+        assert plain.settle(0)
+        assert (type(plain.data), plain.unchecked) == (ListKey, False)
+        with pytest.raises(ValueError, match="-3"):  # the dropped tail is checked here
+            read_key(RadixKey([1, 2, -3]), 2, packed=True)
 
 
 # ---- compact storage ------------------------------------------------------------------

@@ -64,40 +64,57 @@ static int bounds(Py_ssize_t n, Py_ssize_t start, Py_ssize_t end) {
     return 0;
 }
 
-/* plain_ids(seq[, end]) -> bool: every item of the list or tuple before ``end`` (default:
- * all) is a plain id. A key limited to its first ``end`` ids (RadixKey's ``limit``) is
- * checked there and nowhere else: the items after it are not part of the key. */
+/* plain_ids(seq[, end[, start]]) -> bool: every item of the list or tuple in [start, end)
+ * (default: all) is a plain id. A key limited to its first ``end`` ids (RadixKey's
+ * ``limit``) is checked there and nowhere else: the items after it are not part of the key;
+ * the items before ``start`` were read already (they equal stored ids). */
 static PyObject *plain_ids(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    Py_ssize_t n, end;
+    Py_ssize_t n, end, start = 0;
     PyObject **items;
-    if (nargs != 1 && nargs != 2) {
-        PyErr_SetString(PyExc_TypeError, "plain_ids(seq[, end])");
+    if (nargs < 1 || nargs > 3) {
+        PyErr_SetString(PyExc_TypeError, "plain_ids(seq[, end[, start]])");
         return NULL;
     }
     if (sequence_items(args[0], &items, &n) < 0) return NULL;
     end = n;
-    if (nargs == 2) {
+    if (nargs >= 2) {
         end = PyLong_AsSsize_t(args[1]);
-        if ((end == -1 && PyErr_Occurred()) || bounds(n, 0, end) < 0) return NULL;
+        if (end == -1 && PyErr_Occurred()) return NULL;
     }
-    for (Py_ssize_t i = 0; i < end; i++) {
+    if (nargs == 3) {
+        start = PyLong_AsSsize_t(args[2]);
+        if (start == -1 && PyErr_Occurred()) return NULL;
+    }
+    if (bounds(n, start, end) < 0) return NULL;
+    for (Py_ssize_t i = start; i < end; i++) {
         if (plain_id(items[i]) < 0) Py_RETURN_FALSE;
     }
     Py_RETURN_TRUE;
 }
 
-/* pack(seq, start, end) -> bytes: items [start, end) as native int64 (all plain ids). */
-static PyObject *pack(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    Py_ssize_t n, start, end;
+/* The items (borrowed) of ``seq`` in [start, end) from pack's and pack32's arguments:
+ * 0, or -1 with an error set. */
+static int pack_arguments(PyObject *const *args, Py_ssize_t nargs, const char *usage,
+                          PyObject ***items, Py_ssize_t *start, Py_ssize_t *end) {
+    Py_ssize_t n;
     if (nargs != 3) {
-        PyErr_SetString(PyExc_TypeError, "pack(seq, start, end)");
-        return NULL;
+        PyErr_SetString(PyExc_TypeError, usage);
+        return -1;
     }
+    if (sequence_items(args[0], items, &n) < 0) return -1;
+    *start = PyLong_AsSsize_t(args[1]);
+    *end = PyLong_AsSsize_t(args[2]);
+    if (PyErr_Occurred() || bounds(n, *start, *end) < 0) return -1;
+    return 0;
+}
+
+/* pack(seq, start, end) -> bytes | None: items [start, end) as native int64, or None if
+ * one is not a plain id (a key read before it was checked: the reference path decides). */
+static PyObject *pack(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    Py_ssize_t start, end;
     PyObject **items;
-    if (sequence_items(args[0], &items, &n) < 0) return NULL;
-    start = PyLong_AsSsize_t(args[1]);
-    end = PyLong_AsSsize_t(args[2]);
-    if (PyErr_Occurred() || bounds(n, start, end) < 0) return NULL;
+    if (pack_arguments(args, nargs, "pack(seq, start, end)", &items, &start, &end) < 0)
+        return NULL;
     PyObject *out = PyBytes_FromStringAndSize(NULL, (end - start) * (Py_ssize_t)sizeof(int64_t));
     if (out == NULL) return NULL;
     int64_t *ids = (int64_t *)PyBytes_AS_STRING(out);
@@ -105,10 +122,32 @@ static PyObject *pack(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
         int64_t v = plain_id(items[i]);
         if (v < 0) {
             Py_DECREF(out);
-            PyErr_SetString(PyExc_ValueError, "not a plain token id (validate first)");
-            return NULL;
+            Py_RETURN_NONE;
         }
         ids[i - start] = v;
+    }
+    return out;
+}
+
+/* pack32(seq, start, end) -> bytes | None: items [start, end) as native int32 (the compact
+ * form a node stores), or None if one is not a plain id below 2**31: one pass over the
+ * caller's ints, where pack and then narrow would be two. */
+static PyObject *pack32(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    Py_ssize_t start, end;
+    PyObject **items;
+    if (pack_arguments(args, nargs, "pack32(seq, start, end)", &items, &start, &end) < 0)
+        return NULL;
+    PyObject *out = PyBytes_FromStringAndSize(NULL, (end - start) * (Py_ssize_t)sizeof(int32_t));
+    if (out == NULL) return NULL;
+    char *slim = PyBytes_AS_STRING(out);
+    for (Py_ssize_t i = start; i < end; i++) {
+        int64_t v = plain_id(items[i]);
+        if (v < 0 || v > INT32_MAX) {
+            Py_DECREF(out);
+            Py_RETURN_NONE;
+        }
+        int32_t w = (int32_t)v;
+        memcpy(slim + (i - start) * sizeof w, &w, sizeof w);
     }
     return out;
 }
@@ -283,11 +322,13 @@ static PyMethodDef methods[] = {
     {"shared32", (PyCFunction)(void (*)(void))shared32, METH_FASTCALL,
      "Leading int32 ids of stored equal to the probe's ids from start."},
     {"plain_ids", (PyCFunction)(void (*)(void))plain_ids, METH_FASTCALL,
-     "Every item before end (default: all) is an exact int or bool in [0, 2**63)."},
+     "Every item in [start, end) (default: all) is an exact int or bool in [0, 2**63)."},
     {"signs_clear", (PyCFunction)(void (*)(void))signs_clear, METH_FASTCALL,
      "No native int64 id of the buffer from byte start on is negative."},
     {"pack", (PyCFunction)(void (*)(void))pack, METH_FASTCALL,
-     "Items [start, end) as native int64 bytes."},
+     "Items [start, end) as native int64 bytes, or None if one is not a plain id."},
+    {"pack32", (PyCFunction)(void (*)(void))pack32, METH_FASTCALL,
+     "Items [start, end) as native int32 bytes, or None if one is not a plain id below 2**31."},
     {"shared", (PyCFunction)(void (*)(void))shared, METH_FASTCALL,
      "Leading int64 ids of stored equal to seq[start:]."},
     {NULL, NULL, 0, NULL},

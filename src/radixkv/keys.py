@@ -40,14 +40,15 @@ agree with, byte for byte, and nothing else in the package touches a key's bytes
   token tuples (bigram trees).
 
 **The compiled path** (native.py: ``radixkv._keys``, C, built by ``pip install .`` when a
-compiler is there; off under ``RADIXKV_PURE=1``). A ``list`` or tuple of plain ids (exact
-ints or bools in [0, 2**63)) is not packed at all: one C pass checks every id and the key
-is read in place (``ListKey``), compared id by id with the stored bytes, and
-only the parts the tree stores or a dict key needs are packed. The sign test runs in C on
-any buffer (``no_negative_ids``: a view of the caller's array is not copied), and a part an
-insert stores as int32 ids needs none (narrowing proved every id below 2**31). Any other
-list (an odd id, a bad one, a bigram) takes the reference path above, which decides and
-raises; the helpers never raise a usage error themselves, so both paths behave the same, errors
+compiler is there; off under ``RADIXKV_PURE=1``). A ``list`` or tuple is not packed at
+all: it is read in place (``ListKey``), each id once per call. The walk compares its ids
+in C with the stored ones (an id that is not an exact int or bool in [0, 2**63) equals
+none), one C pass checks the ids after the part the tree holds (``KeyRead.settle``), and
+only the parts the tree stores (straight to int32 ids when they fit) or a dict key needs
+are packed. The sign test runs in C on any buffer (``no_negative_ids``: a view of the
+caller's array is not copied). A list the check refuses (an odd id, a bad one, a bigram) is
+read again by the reference path above, which decides and raises, and walked again; the
+helpers never raise a usage error themselves, so both paths behave the same, errors
 included (tests/test_native_keys.py compares them).
 
 **A limited key** (``RadixKey(token_ids, limit=n)``) is ``token_ids[:n]`` on every path,
@@ -177,11 +178,14 @@ SIGN_BYTE = 7 if sys.byteorder == "little" else 0  # of a native int64
 
 
 class ListKey:
-    """A caller's list (or tuple) of plain ids, read in place by the compiled helpers.
+    """A caller's list (or tuple) of ids, read in place by the compiled helpers.
 
     It stands where packed key data would: its length and positions count bytes of the
-    packed form (``PACKED`` a token), and a slice is the packed bytes of those tokens.
-    Only ``read_key`` makes one, after the helpers checked every id.
+    packed form (``PACKED`` a token), and a slice is the packed bytes of those tokens
+    (``None`` if one of them is not a plain id). Only ``read_key`` makes one, before its
+    ids are checked: the walk compares them with stored ids (an id that is not plain
+    equals none), so only the ids after the part the tree holds need a pass of their own
+    (``KeyRead.settle``): each id is read once per call.
     """
 
     __slots__ = ("helpers", "ids", "tokens")
@@ -194,9 +198,18 @@ class ListKey:
     def __len__(self) -> int:
         return self.tokens * PACKED
 
-    def __getitem__(self, items: slice) -> bytes:
+    def __getitem__(self, items: slice) -> bytes | None:
         start, stop, _ = items.indices(len(self))
         return self.helpers.pack(self.ids, start // PACKED, max(start, stop) // PACKED)
+
+    def plain_from(self, token: int) -> bool:
+        """Every id from ``token`` on is a plain id (an exact int or bool in [0, 2**63))."""
+        return self.helpers.plain_ids(self.ids, self.tokens, token)
+
+    def compact(self, token: int) -> Ids32 | None:
+        """The ids from ``token`` on as int32 key data, or ``None`` if one is >= 2**31."""
+        slim = self.helpers.pack32(self.ids, token, self.tokens)
+        return None if slim is None else Ids32(slim)
 
     def prefix(self, items: int) -> ListKey:
         """The first ``items`` bytes' worth of tokens, still read in place."""
@@ -307,7 +320,17 @@ class KeyRead:
     Leaving the ``with`` block releases the view of the caller's buffer.
     """
 
-    __slots__ = ("_limit", "_token_ids", "data", "extra_key", "length", "packed", "probe", "width")
+    __slots__ = (
+        "_limit",
+        "_token_ids",
+        "data",
+        "extra_key",
+        "length",
+        "packed",
+        "probe",
+        "unchecked",
+        "width",
+    )
 
     def __init__(
         self,
@@ -316,8 +339,14 @@ class KeyRead:
         token_ids: Iterable[object],
         limit: int | None = None,
     ) -> None:
-        self.data = data
+        self._token_ids = token_ids  # the caller's ids, of which the key is the first ``limit``
+        self._limit = limit
         self.extra_key = extra_key
+        self._hold(data)
+        self.unchecked = False  # True: a list read in place, ids not yet checked (``settle``)
+
+    def _hold(self, data: KeyView) -> None:
+        self.data = data
         self.packed = type(data) is not tuple
         self.width = PACKED if self.packed else 1
         self.length = len(data) // self.width
@@ -325,8 +354,6 @@ class KeyRead:
         self.probe: memoryview | Tokens | ListKey = (
             memoryview(data) if type(data) is bytes else cast("memoryview | Tokens", data)
         )
-        self._token_ids = token_ids  # the caller's ids, of which the key is the first ``limit``
-        self._limit = limit
 
     def __enter__(self) -> KeyRead:
         return self
@@ -373,22 +400,46 @@ class KeyRead:
             return common_prefix_bytes(widen(stored), cast(memoryview, probe), at)
         return helpers.shared32(stored, ids, at // PACKED, end) * PACKED
 
-    def page(self, at: int, page_items: int) -> KeyData:
-        """``page_items`` items from item ``at``: a child's dict key part, as stored data."""
+    def page(self, at: int, page_items: int) -> KeyData | None:
+        """``page_items`` items from item ``at``: a child's dict key part, as stored data
+        (``None`` from an unchecked list whose page holds an id that is not plain: no child
+        has that key)."""
         piece = self.data[at : at + page_items]
         return bytes(piece) if type(piece) is memoryview else piece
 
+    def settle(self, start: int) -> bool:
+        """Check an unchecked list's ids from token ``start`` on, those before it having
+        compared equal to stored ids; True if the key is checked now (always, for any other
+        key). Else the key is read again by the reference path, which raises the usage
+        error naming a bad id, or (a valid key of ids the helpers do not read: a bigram,
+        numpy ints) holds its reading instead, and False: a walk made with the list must
+        be made again."""
+        if not self.unchecked:
+            return True
+        self.unchecked = False
+        if cast(ListKey, self.data).plain_from(start):
+            return True
+        data = _key_data(self._token_ids, True, self._limit)
+        self._hold(data[: self.length * width(data)])
+        return False
+
     def require_valid_from(self, start: int) -> None:
-        """Raise the usage error naming a negative id at token ``start`` or later."""
+        """Raise the usage error naming a negative id at token ``start`` or later (or any
+        bad id there, in a list not checked yet: the walk checks it first, ``settle``)."""
+        self.settle(start)
         if type(self.probe) is ListKey:
-            return  # read_key checked every id
+            return  # plain ids: none is negative
         if self.packed and not no_negative_ids(cast(memoryview, self.probe), start * PACKED):
             self._raise_exact()
 
     def new_part(self, start: int) -> KeyData:
         """Tokens from ``start`` on, copied out of the caller's buffer and checked (on the
         copy, which an insert stores anyway)."""
-        part = span(self.data, start, self.length)
+        data = self.data
+        if type(data) is ListKey:  # checked by the walk: plain ids, one pass to int32
+            slim = data.compact(start)
+            return slim if slim is not None else span(data, start, self.length)
+        part = span(data, start, self.length)
         stored = compact(part)  # int32 ids are below 2**31: none is negative
         if stored is part and type(part) is bytes and not no_negative_ids(part):
             self._raise_exact()
@@ -396,6 +447,7 @@ class KeyRead:
 
     def tokens(self) -> Tokens:
         """The aligned key as a token tuple (for ``value=None``; not hot)."""
+        self.settle(0)  # before any walk: a key read again needs none redone
         return decode(self.data)
 
     def _raise_exact(self) -> None:
@@ -423,13 +475,17 @@ def read_key(key: object, page_size: int, packed: bool) -> KeyRead:
     data = _key_data(token_ids, packed, limit) if in_place is None else in_place
     n = token_count(data)
     aligned = n // page_size * page_size
+    if isinstance(data, ListKey):
+        if aligned == n or data.plain_from(aligned):  # the dropped tail, checked
+            read = KeyRead(
+                data.prefix(aligned * PACKED) if aligned < n else data, extra_key, token_ids, limit
+            )
+            read.unchecked = True  # the walk checks the rest (KeyRead.settle)
+            return read
+        data = _key_data(token_ids, packed, limit)  # the reference path decides
     if aligned < n:
         KeyRead(data, extra_key, token_ids, limit).require_valid_from(aligned)  # dropped, checked
-        data = (
-            data.prefix(aligned * PACKED)
-            if type(data) is ListKey
-            else data[: aligned * width(data)]
-        )
+        data = data[: aligned * width(data)]
     return KeyRead(data, extra_key, token_ids, limit)
 
 
@@ -455,15 +511,14 @@ def key_ids(token_ids: Iterable[object], limit: int | None) -> Iterable[object]:
 
 
 def _read_in_place(token_ids: object, limit: int | None) -> ListKey | None:
-    """``token_ids[:limit]`` read in place, if the compiled helpers are in use and it is a
-    list or tuple of plain ids there; ``None`` sends it down the reference path."""
+    """``token_ids[:limit]`` to be read in place (its ids not checked yet), if the compiled
+    helpers are in use and it is a list or tuple; ``None`` sends it down the reference path."""
     helpers = native.helpers
     kind = type(token_ids)
     if helpers is None or (kind is not list and kind is not tuple):
         return None
     ids = cast("native.Ids", token_ids)
-    n = len(ids) if limit is None else limit
-    return ListKey(helpers, ids, n) if helpers.plain_ids(ids, n) else None
+    return ListKey(helpers, ids, len(ids) if limit is None else limit)
 
 
 def _key_data(
@@ -576,8 +631,9 @@ def decode(data: KeyView) -> Tokens:
         return data
     if type(data) is Ids32:
         return cast(Tokens, struct.unpack(f"={len(data) // COMPACT}i", data))
-    packed = data[:] if type(data) is ListKey else cast("bytes | memoryview", data)
-    return cast(Tokens, tuple(_int64_packer(len(packed) // PACKED).unpack(packed)))
+    if isinstance(data, ListKey):
+        data = cast(bytes, span(data, 0, data.tokens))
+    return cast(Tokens, tuple(_int64_packer(len(data) // PACKED).unpack(data)))
 
 
 def encode(token_ids: Iterable[object], packed: bool, limit: int | None = None) -> KeyData:
@@ -594,11 +650,6 @@ def encode(token_ids: Iterable[object], packed: bool, limit: int | None = None) 
     return stored
 
 
-def truncate(data: KeyView, items: int) -> KeyView:
-    """The first ``items`` items of ``data`` (a list read in place stays in place)."""
-    return data.prefix(items) if type(data) is ListKey else data[:items]
-
-
 def span(data: KeyView, start: int, end: int) -> KeyData:
     """Tokens ``[start, end)`` of ``data``, as stored data (a copy of a view's bytes)."""
     if isinstance(data, tuple):
@@ -606,6 +657,7 @@ def span(data: KeyView, start: int, end: int) -> KeyData:
     if type(data) is Ids32:
         return Ids32(data[start * COMPACT : end * COMPACT])
     piece = data[start * PACKED : end * PACKED]  # ListKey: packed bytes already
+    assert piece is not None, "a list key's ids are checked before a part is stored"
     return piece if type(piece) is bytes else bytes(cast(memoryview, piece))
 
 

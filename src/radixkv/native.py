@@ -18,11 +18,14 @@ Ids = list[Any] | tuple[Any, ...]  # of Python ints, checked by the helpers
 class KeyHelpers(Protocol):
     """What the compiled module provides (types in _keys.pyi; semantics in _keys.c)."""
 
-    def plain_ids(self, seq: Ids, end: int = ..., /) -> bool:
-        """Every item before ``end`` (default: all) is an exact int or bool in [0, 2**63)."""
+    def plain_ids(self, seq: Ids, end: int = ..., start: int = ..., /) -> bool:
+        """Every item in [start, end) (default: all) is an exact int or bool in [0, 2**63)."""
 
-    def pack(self, seq: Ids, start: int, end: int, /) -> bytes:
-        """Items [start, end), all plain ids, as native int64 bytes."""
+    def pack(self, seq: Ids, start: int, end: int, /) -> bytes | None:
+        """Items [start, end) as native int64 bytes; ``None`` if one is not a plain id."""
+
+    def pack32(self, seq: Ids, start: int, end: int, /) -> bytes | None:
+        """Items [start, end) as native int32 bytes; ``None`` unless all are plain and < 2**31."""
 
     def shared(self, stored: bytes, seq: Ids, start: int, end: int, /) -> int:
         """How many leading int64 ids of ``stored`` equal seq[start], ... before ``end``."""

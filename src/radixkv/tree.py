@@ -257,7 +257,10 @@ def descend(root: N, key: KeyRead, page_size: int) -> Descent[N]:
     page, end = page_size * w, len(key.data)
     at = 0
     while at < end:
-        child: Any = node.children.get((extra_key, key.page(at, page)))  # an N, as ``root``
+        first = key.page(at, page)
+        if first is None:  # an unchecked id that is not plain: no child holds it
+            break
+        child: Any = node.children.get((extra_key, first))  # an N, as ``root``
         if child is None:
             break
         same = key.shared(child.data, at) // page * page
@@ -391,6 +394,12 @@ class Tree(Generic[N]):
         A key that turns the tree's packed keys into tuples turns all of them, not only
         those below ``start``.
         """
+        walk = self._descend(key, start)
+        if key.unchecked and not key.settle(walk.end):  # a list read again: walk again
+            walk = self._descend(key, start)
+        return walk
+
+    def _descend(self, key: KeyRead, start: N | None) -> Descent[N]:
         if start is None or start is self.root:
             return descend(self.root, key, self.page_size)
         if not key.packed and self.packed:
