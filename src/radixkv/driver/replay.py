@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib
 import json
 import sys
 from collections.abc import Callable
@@ -57,11 +58,14 @@ from radixkv.driver.report import ReplayReport
 from radixkv.driver.scheduler import PRIORITY_BY_KIND, no_host_sync, replay
 from radixkv.driver.sweep import (
     SWEEP_PROMPTS,
+    CacheSweep,
     PolicySweep,
+    cache_sweep,
     plot_policies,
     plot_sweep,
     policy_sweep,
     policy_table,
+    sweep_table,
     trace_label,
 )
 from radixkv.driver.workload import WorkloadConfig, generate, trace_digest
@@ -76,6 +80,7 @@ __all__ = [  # the CLI, and the driver's names as importers have always found th
     "PRIORITY_BY_KIND",
     "SWEEP_PROMPTS",
     "CacheFactory",
+    "CacheSweep",
     "PolicySweep",
     "RadixkvListReplay",
     "RadixkvReplay",
@@ -89,6 +94,7 @@ __all__ = [  # the CLI, and the driver's names as importers have always found th
     "add_parser",
     "bytes_per_token",
     "cache_factory",
+    "cache_sweep",
     "command",
     "main",
     "no_host_sync",
@@ -98,10 +104,31 @@ __all__ = [  # the CLI, and the driver's names as importers have always found th
     "register_cache",
     "replay",
     "sglang_factory",
+    "sweep_table",
     "trace_label",
 ]
 
 # ---- the command line (``radixkv replay``) ----------------------------------------------
+
+
+HELP = """\
+Replay a seeded request trace against a prefix cache, the way a serving scheduler drives
+it, and report the cache's speed (requests/s of cache CPU time), hit rate and operation
+counts. Per request, in batches in flight together: match the prompt (all but its last
+token) and lock the match; allocate KV indices for the rest, evicting exactly the shortfall
+when the pool is short; when the request finishes, insert prompt and output, free the
+duplicates, unlock. At the end everything is evicted and every pool index must have come
+back exactly once. Results go to stdout; a progress bar to stderr, on a terminal only.
+
+examples:
+  radixkv replay                                  radixkv, 2000 requests of ~2048 tokens
+  radixkv replay --cache sglang                   sglang's Python RadixCache, same trace
+  radixkv replay --plot sweep.png --compare sglang
+                                                  both on the same axes: hit rate against
+                                                  pool size, requests/s against prompt length
+  radixkv replay --compare benchmarks.sglang_peers:SglangRustReplay --plot sweep.png
+                                                  a peer by MODULE:FACTORY (factory(page_size,
+                                                  pool)), here sglang's Rust core"""
 
 
 def add_parser(commands: Any) -> None:
@@ -109,40 +136,57 @@ def add_parser(commands: Any) -> None:
     cmd = commands.add_parser(
         "replay",
         help="replay a seeded request trace against a cache and report its speed",
-        description=__doc__,
+        description=HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    cmd.add_argument("--cache", choices=sorted(CACHES), default="radixkv")
-    cmd.add_argument("--seed", type=int, default=0)
-    cmd.add_argument("--requests", type=int, default=2000)
-    cmd.add_argument("--prompt-len", type=int, default=2048, help="typical prompt length")
-    cmd.add_argument("--page-size", type=int, default=1)
     cmd.add_argument(
-        "--pool-size", type=int, default=None, help="KV pool tokens (default: 48 prompts)"
+        "--cache",
+        choices=sorted(CACHES),
+        default="radixkv",
+        help="the cache to replay (default: %(default)s)",
     )
-    cmd.add_argument("--batch", type=int, default=8, help="requests in flight together")
+    cmd.add_argument("--seed", type=int, default=0, help="the trace's seed (default: %(default)s)")
+    cmd.add_argument("--requests", type=int, default=2000, help="requests (default: %(default)s)")
     cmd.add_argument(
-        "--device", default="cpu", help="where the KV indices live (cuda: no host sync allowed)"
+        "--prompt-len", type=int, default=2048, help="typical prompt length (default: %(default)s)"
+    )
+    cmd.add_argument("--page-size", type=int, default=1, help="page size (default: %(default)s)")
+    cmd.add_argument(
+        "--pool-size",
+        type=int,
+        default=None,
+        help="KV pool in tokens (default: 48 typical prompts, 98,304 at the default length)",
+    )
+    cmd.add_argument(
+        "--batch", type=int, default=8, help="requests in flight together (default: %(default)s)"
+    )
+    cmd.add_argument(
+        "--device",
+        default="cpu",
+        help="where the KV indices live; on cuda a host sync is an error (default: %(default)s)",
     )
     cmd.add_argument(
         "--policy",
         choices=sorted(POLICIES),
         default=None,
-        help="radixkv's eviction policy (default lru); priority reads PRIORITY_BY_KIND",
+        help="radixkv's eviction policy (default: lru); priority orders by request kind",
     )
-    cmd.add_argument("--no-progress", action="store_true")
+    cmd.add_argument(
+        "--no-progress", action="store_true", help="no progress bar even on a terminal"
+    )
     cmd.add_argument(
         "--events",
         metavar="ENDPOINT",
         help="publish the cache's KV events over ZeroMQ while replaying, e.g. "
-        "tcp://127.0.0.1:5557 (needs the events extra: pyzmq, msgspec)",
+        "tcp://127.0.0.1:5557 (needs pyzmq and msgspec: pip install 'radixkv[events]')",
     )
     cmd.add_argument(
         "--events-wait",
         type=float,
         default=10.0,
         metavar="SECONDS",
-        help="with --events: wait this long for a subscriber before replaying (0: don't)",
+        help="with --events, wait this long for a subscriber before replaying; 0: do not "
+        "wait (default: %(default)s)",
     )
     cmd.add_argument(
         "--policy-plot",
@@ -153,8 +197,32 @@ def add_parser(commands: Any) -> None:
     cmd.add_argument(
         "--plot",
         metavar="FILE",
-        help="also sweep pool size and prompt length; a PNG with matplotlib, else CSV",
+        help="also sweep pool size and prompt length for --cache and every --compare cache "
+        "and draw them on the same axes: a PNG with matplotlib, else the data as CSV",
     )
+    cmd.add_argument(
+        "--compare",
+        action="append",
+        default=[],
+        metavar="CACHE",
+        help="a cache to sweep beside --cache for --plot: a name above or MODULE:FACTORY "
+        "(repeatable)",
+    )
+
+
+def resolve_cache(name: str) -> str:
+    """A cache name as ``replay`` knows it: one of ``CACHES``, or ``MODULE:FACTORY`` (a
+    ``CacheFactory``; MODULE found from the current folder as well), registered under its
+    ``name`` attribute (else FACTORY)."""
+    if name in CACHES:
+        return name
+    module_name, sep, attr = name.partition(":")
+    if not sep:
+        raise SystemExit(f"unknown cache {name!r}: one of {sorted(CACHES)} or MODULE:FACTORY")
+    factory = getattr(importlib.import_module(module_name), attr)
+    label = str(getattr(factory, "name", attr))
+    register_cache(label, factory)
+    return label
 
 
 def command(args: argparse.Namespace) -> int:
@@ -162,6 +230,9 @@ def command(args: argparse.Namespace) -> int:
     torch.set_num_threads(1)  # the benchmark's setting; the library never changes it
     cfg = WorkloadConfig(seed=args.seed, requests=args.requests, prompt_len=args.prompt_len)
     pool = args.pool_size or args.prompt_len * 48
+    if args.compare and not args.plot:
+        print("radixkv replay: --compare applies to --plot", file=sys.stderr)
+        return 2
     if args.policy is not None and args.cache not in POLICY_CACHES:
         print(f"radixkv replay: --policy applies to {sorted(POLICY_CACHES)}", file=sys.stderr)
         return 2
@@ -189,7 +260,12 @@ def command(args: argparse.Namespace) -> int:
     print(report.render())
     print(f"prefix-length digest {report.prefix_digest}")
     if args.plot:
-        plot_sweep(args.cache, cfg, Path(args.plot), args.page_size)
+        caches = [args.cache, *map(resolve_cache, args.compare)]
+        sweeps = [
+            cache_sweep(name, cfg, page_size=args.page_size, batch=args.batch) for name in caches
+        ]
+        print(sweep_table(sweeps))
+        plot_sweep(sweeps, Path(args.plot), cfg, args.page_size, args.batch)
     if args.policy_plot:
         cache = args.cache if args.cache in POLICY_CACHES else "radixkv"
         sweep = policy_sweep(cache, cfg, page_size=args.page_size, batch=args.batch)

@@ -4,7 +4,7 @@
 
 from __future__ import annotations
 
-import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -41,9 +41,7 @@ def policy_sweep(
                 policy=policy,
             )
             sweep.setdefault(policy, []).append((pool, report.hit_rate()))
-            print(
-                f"  {policy:>8} pool {pool:>9,}: hit rate {report.hit_rate():.4f}", file=sys.stderr
-            )
+            print(f"  {policy:>8} pool {pool:>9,}: hit rate {report.hit_rate():.4f}", flush=True)
     return sweep
 
 
@@ -103,34 +101,171 @@ def _pyplot() -> Any:
     return plt
 
 
-def plot_sweep(cache_name: str, cfg: WorkloadConfig, path: Path, page_size: int = 1) -> None:
-    """Hit rate against pool size, and requests/s against prompt length."""
-    capacity: list[tuple[int, float]] = []
-    for prompts in (4, 8, 16, 32, 64, 128, 256):
+POOL_PROMPTS = (4, 8, 16, 32, 64, 128, 256)
+"""Pool sizes of ``--plot``'s hit-rate sweep, in typical prompts."""
+PROMPT_LENS = (256, 512, 1024, 2048, 4096, 8192)
+"""Prompt lengths of ``--plot``'s speed sweep."""
+SPEED_POOL_PROMPTS = 48
+"""The pool of the speed sweep, in prompts of the length swept (``replay``'s default pool)."""
+
+
+@dataclass
+class CacheSweep:
+    """One cache over one trace: its hit rate per pool size, its speed per prompt length."""
+
+    cache: str
+    hit_rate: list[tuple[int, float]]  # (pool tokens, hit rate)
+    speed: list[tuple[int, float]]  # (prompt length, requests/s)
+
+
+def cache_sweep(
+    cache_name: str,
+    cfg: WorkloadConfig,
+    *,
+    page_size: int = 1,
+    batch: int = 8,
+    pool_prompts: tuple[int, ...] = POOL_PROMPTS,
+    prompt_lens: tuple[int, ...] = PROMPT_LENS,
+) -> CacheSweep:
+    """Replay ``cfg``'s trace at every pool size, then its variants at every prompt length
+    (same seed and request count); each point is printed as it is measured."""
+    sweep = CacheSweep(cache_name, [], [])
+    for prompts in pool_prompts:
         pool = prompts * cfg.prompt_len
-        report = replay(cache_name, generate(cfg), page_size=page_size, pool_size=pool)
-        capacity.append((pool, report.hit_rate()))
-        print(f"  pool {pool:>10,}: hit rate {report.hit_rate():.4f}", file=sys.stderr)
-    speed: list[tuple[int, float]] = []
-    for length in (256, 512, 1024, 2048, 4096, 8192):
+        report = replay(cache_name, generate(cfg), page_size=page_size, pool_size=pool, batch=batch)
+        sweep.hit_rate.append((pool, report.hit_rate()))
+        print(f"  {cache_name:>12} pool {pool:>10,}: hit rate {report.hit_rate():.4f}", flush=True)
+    for length in prompt_lens:
         sized = WorkloadConfig(seed=cfg.seed, requests=cfg.requests, prompt_len=length)
-        report = replay(cache_name, generate(sized), page_size=page_size, pool_size=48 * length)
-        speed.append((length, report.requests_per_s))
-        print(f"  prompt {length:>6}: {report.requests_per_s:,.0f} req/s", file=sys.stderr)
+        pool = SPEED_POOL_PROMPTS * length
+        report = replay(
+            cache_name, generate(sized), page_size=page_size, pool_size=pool, batch=batch
+        )
+        sweep.speed.append((length, report.requests_per_s))
+        print(
+            f"  {cache_name:>12} prompt {length:>6}: {report.requests_per_s:,.0f} req/s", flush=True
+        )
+    return sweep
+
+
+def speed_ratios(sweeps: list[CacheSweep]) -> dict[str, list[tuple[int, float]]]:
+    """The first cache's requests/s over each other cache's, per prompt length."""
+    first, *peers = sweeps
+    return {
+        peer.cache: [
+            (x, mine / theirs)
+            for (x, mine), (_, theirs) in zip(first.speed, peer.speed, strict=True)
+        ]
+        for peer in peers
+    }
+
+
+def sweep_table(sweeps: list[CacheSweep]) -> str:
+    """Markdown: requests/s per prompt length per cache, and the first cache's ratio to each."""
+    ratios = speed_ratios(sweeps)
+    head = [s.cache for s in sweeps] + [f"{sweeps[0].cache} ÷ {peer}" for peer in ratios]
+    lines = ["| prompt | " + " | ".join(head) + " |", "|---:|" + "---:|" * len(head)]
+    for row, (length, _) in enumerate(sweeps[0].speed):
+        cells = [f"{s.speed[row][1]:,.0f}" for s in sweeps]
+        cells += [f"{points[row][1]:.2f}x" for points in ratios.values()]
+        lines.append(f"| {length:,} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def sweep_title(cfg: WorkloadConfig, page_size: int, batch: int) -> str:
+    return f"trace: {trace_label(cfg)}; page size {page_size}; batch {batch}"
+
+
+def plot_sweep(
+    sweeps: list[CacheSweep], path: Path, cfg: WorkloadConfig, page_size: int, batch: int = 8
+) -> bool:
+    """The caches on the same axes: hit rate against pool size, requests/s against prompt
+    length, and the first cache's speed ratio to each other one; a PNG at ``path``, or
+    without matplotlib the same data as ``path`` with a .csv suffix (returns whether it
+    plotted)."""
     plt = _pyplot()
     if plt is None:
         csv = path.with_suffix(".csv")
-        lines = ["series,x,y"]
-        lines += [f"hit_rate_vs_pool_tokens,{x},{y:.6f}" for x, y in capacity]
-        lines += [f"requests_per_s_vs_prompt_len,{x},{y:.1f}" for x, y in speed]
-        csv.write_text("\n".join(lines) + "\n")
-        print(f"matplotlib is not installed: wrote the plot's data to {csv} instead")
-        return
-    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
-    left.plot([x for x, _ in capacity], [y for _, y in capacity], marker="o")
-    left.set(xscale="log", xlabel="KV pool (tokens)", ylabel="hit rate", title="hit rate")
-    right.plot([x for x, _ in speed], [y for _, y in speed], marker="o")
-    right.set(xscale="log", xlabel="prompt length", ylabel="requests/s", title=cache_name)
-    fig.tight_layout()
-    fig.savefig(path)
+        rows = ["cache,series,x,y"]
+        for s in sweeps:
+            rows += [f"{s.cache},hit_rate_vs_pool_tokens,{x},{y:.6f}" for x, y in s.hit_rate]
+            rows += [f"{s.cache},requests_per_s_vs_prompt_len,{x},{y:.1f}" for x, y in s.speed]
+        csv.write_text("\n".join(rows) + "\n")
+        print(f"matplotlib is not installed (pip install matplotlib): wrote {csv} instead")
+        return False
+    figure = draw_sweep(plt, sweeps, cfg, page_size, batch)
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
     print(f"wrote {path}")
+    return True
+
+
+STYLES = (("o", "-"), ("s", "--"), ("^", ":"), ("D", "-."))  # lines that coincide stay visible
+
+
+def draw_sweep(
+    plt: Any, sweeps: list[CacheSweep], cfg: WorkloadConfig, page_size: int, batch: int
+) -> Any:
+    """The three panels of ``plot_sweep`` as a matplotlib figure."""
+    figure, (hits, speed, ratio) = plt.subplots(1, 3, figsize=(16, 5))
+    for s, (marker, line) in zip(sweeps, STYLES * len(sweeps), strict=False):
+        style = {"marker": marker, "linestyle": line, "label": s.cache}
+        hits.plot(*zip(*s.hit_rate, strict=True), **style)
+        speed.plot(*zip(*s.speed, strict=True), **style)
+    pool_ticks = [x for x, _ in sweeps[0].hit_rate]
+    _log2_ticks(hits, pool_ticks, [_compact(x) for x in pool_ticks])
+    hits.set(
+        xlabel=f"KV pool (tokens; a prompt is ~{cfg.prompt_len:,})",
+        ylabel="hit rate",
+        title="hit rate against pool size",
+    )
+    length_ticks = [x for x, _ in sweeps[0].speed]
+    _log2_ticks(speed, length_ticks, [_compact(x) for x in length_ticks])
+    speed.set(
+        yscale="log",
+        xlabel="typical prompt length (tokens)",
+        ylabel="requests/s (cache CPU time)",
+        title=f"speed against prompt length (pool: {SPEED_POOL_PROMPTS} prompts)",
+    )
+    for (peer, points), (marker, line) in zip(
+        speed_ratios(sweeps).items(), STYLES[1:], strict=False
+    ):
+        xs, ys = zip(*points, strict=True)
+        ratio.plot(xs, ys, marker=marker, linestyle=line, label=f"÷ {peer}")
+        for x, y in points:
+            ratio.annotate(
+                f"{y:.2f}x",
+                (x, y),
+                textcoords="offset points",
+                xytext=(0, 6),
+                ha="center",
+                fontsize=8,
+            )
+    ratio.axhline(1.0, color="grey", linewidth=0.8)
+    _log2_ticks(ratio, length_ticks, [_compact(x) for x in length_ticks])
+    ratio.set(
+        xlabel="typical prompt length (tokens)",
+        ylabel=f"{sweeps[0].cache} requests/s ÷ peer's",
+        title=f"{sweeps[0].cache}'s speed ratio (above 1: faster)",
+    )
+    for axes in (hits, speed, ratio):
+        axes.grid(True, alpha=0.3)
+        axes.legend()
+    figure.suptitle(sweep_title(cfg, page_size, batch))
+    figure.tight_layout()
+    return figure
+
+
+def _log2_ticks(axes: Any, ticks: list[int], labels: list[str]) -> None:
+    """A base-2 log axis with exactly these ticks, and no minor labels to crowd them."""
+    axes.set_xscale("log", base=2)
+    axes.set_xticks(ticks, labels)
+    axes.minorticks_off()
+
+
+def _compact(n: int) -> str:
+    """4096 -> '4k', 1048576 -> '1M': tick labels short enough not to collide."""
+    for size, suffix in ((1 << 20, "M"), (1 << 10, "k")):
+        if n >= size and n % (size // 4) == 0:
+            return f"{n / size:g}{suffix}"
+    return f"{n:,}"

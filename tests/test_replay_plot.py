@@ -1,0 +1,109 @@
+"""``radixkv replay --plot``: caches swept over one trace and drawn on the same axes, the
+numbers on stdout; and ``radixkv replay --help`` in plain text with its defaults."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+import pytest
+from radixkv_conformance.cli import main
+
+from radixkv.driver import sweep as sweeps_module
+from radixkv.driver.caches import CACHES, RadixkvListReplay
+from radixkv.driver.replay import resolve_cache
+from radixkv.driver.sweep import (
+    CacheSweep,
+    cache_sweep,
+    draw_sweep,
+    plot_sweep,
+    speed_ratios,
+    sweep_table,
+    sweep_title,
+)
+from radixkv.driver.workload import WorkloadConfig
+
+TINY = WorkloadConfig(seed=3, requests=24, prompt_len=64)
+MADE_UP = [
+    CacheSweep("radixkv", [(4096, 0.2), (8192, 0.5)], [(256, 3000.0), (512, 1500.0)]),
+    CacheSweep("sglang", [(4096, 0.2), (8192, 0.5)], [(256, 2000.0), (512, 1200.0)]),
+]
+
+
+def test_replay_help_is_plain_text_with_defaults(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as done:
+        main(["replay", "--help"])
+    assert done.value.code == 0
+    text = capsys.readouterr().out
+    assert "``" not in text, "reStructuredText markup in --help"
+    for default in ("(default: radixkv)", "(default: 2000)", "(default: 2048)", "(default: 8)"):
+        assert default in text
+
+
+def test_sweep_numbers_go_to_stdout(capsys: pytest.CaptureFixture[str]) -> None:
+    sweep = cache_sweep("radixkv", TINY, pool_prompts=(4, 8), prompt_lens=(32, 64))
+    out, err = capsys.readouterr()
+    assert err == ""
+    assert [pool for pool, _ in sweep.hit_rate] == [4 * 64, 8 * 64]
+    assert [length for length, _ in sweep.speed] == [32, 64]
+    assert out.count("hit rate") == 2 and out.count("req/s") == 2
+
+
+def test_the_ratio_is_the_first_caches_speed_over_each_peers() -> None:
+    assert speed_ratios(MADE_UP) == {"sglang": [(256, 1.5), (512, 1.25)]}
+    table = sweep_table(MADE_UP).splitlines()
+    assert table[0] == "| prompt | radixkv | sglang | radixkv ÷ sglang |"
+    assert table[2] == "| 256 | 3,000 | 2,000 | 1.50x |"
+
+
+def test_without_matplotlib_every_cache_is_in_the_csv(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sweeps_module, "_pyplot", lambda: None)
+    assert not plot_sweep(MADE_UP, tmp_path / "sweep.png", TINY, page_size=16)
+    rows = (tmp_path / "sweep.csv").read_text().splitlines()
+    assert rows[0] == "cache,series,x,y"
+    assert {row.split(",")[0] for row in rows[1:]} == {"radixkv", "sglang"}
+    assert "sglang,requests_per_s_vs_prompt_len,512,1200.0" in rows
+
+
+def test_a_peer_by_module_and_factory_is_registered_under_its_name() -> None:
+    class Renamed(RadixkvListReplay):
+        name = "renamed-peer"
+
+    globals()["Renamed"] = Renamed
+    try:
+        assert resolve_cache(f"{__name__}:Renamed") == "renamed-peer"
+        assert CACHES["renamed-peer"] is Renamed
+        assert resolve_cache("radixkv") == "radixkv"
+        with pytest.raises(SystemExit, match="unknown cache 'nope'"):
+            resolve_cache("nope")
+    finally:
+        CACHES.pop("renamed-peer", None)
+        globals().pop("Renamed")
+
+
+def test_the_plot_puts_every_cache_on_the_same_axes_with_readable_ticks() -> None:
+    pytest.importorskip("matplotlib", reason="plotting is optional: no matplotlib")
+    plt = sweeps_module._pyplot()  # pyplot on the Agg backend
+
+    figure = draw_sweep(plt, MADE_UP, TINY, page_size=16, batch=8)
+    try:
+        figure.canvas.draw()
+        hits, speed, ratio = figure.axes
+        assert len(hits.get_lines()) == len(speed.get_lines()) == 2  # both caches, same axes
+        assert figure._suptitle.get_text() == sweep_title(TINY, 16, 8)
+        assert "page size 16" in sweep_title(TINY, 16, 8) and "24 requests" in sweep_title(
+            TINY, 16, 8
+        )
+        assert "pool" in speed.get_title()
+        assert [t.get_text() for t in ratio.texts] == ["1.50x", "1.25x"]
+        renderer = figure.canvas.get_renderer()
+        for axes in figure.axes:
+            labels = [t for t in axes.get_xticklabels() if t.get_text() and t.get_visible()]
+            boxes = [t.get_window_extent(renderer) for t in labels]
+            assert len(boxes) >= 2
+            for a, b in itertools.combinations(boxes, 2):
+                assert not a.overlaps(b), f"overlapping tick labels on {axes.get_title()!r}"
+    finally:
+        plt.close(figure)
