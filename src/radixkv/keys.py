@@ -374,6 +374,9 @@ class KeyRead:
     def shared(self, stored: KeyData, at: int) -> int:
         """Items ``stored`` shares with the key from item ``at`` on (whole tokens' worth)."""
         if type(stored) is Ids32:
+            helpers, probe = native.helpers, self.probe
+            if helpers is not None and type(probe) is memoryview:  # most nodes, an array key
+                return helpers.shared32(stored, probe, at // PACKED, self.length) * PACKED
             return self._shared_compact(stored, at)
         if type(stored) is bytes:
             if type(self.probe) is ListKey:

@@ -43,6 +43,13 @@ from radixkv.part import Part
 from radixkv.swa import SlidingWindow, SwaTreeNode
 from radixkv.tree import Descent, Tree, TreeNode
 
+DEFAULT_INSERT_KEYWORDS = insert_keywords({})
+
+
+def _zero(value: object) -> bool:
+    """``value`` is the int 0 (a keyword left at its default; a bool is not one)."""
+    return type(value) is int and value == 0
+
 
 class TreeOptions(TypedDict, total=False):
     """The keyword-only options of every tree cache (RadixCache, MambaRadixCache).
@@ -235,9 +242,16 @@ class RadixCache(BasePrefixCache):
         and stays the caller's. ``priority`` raises every node the key covers to at least
         that priority (``eviction_policy="priority"`` evicts lower ones first).
         """
-        keywords = insert_keywords(
-            {"prev_prefix_len": prev_prefix_len, "swa_evicted_seqlen": swa_evicted_seqlen, **kwargs}
-        )
+        if kwargs or not (_zero(prev_prefix_len) and _zero(swa_evicted_seqlen)):
+            keywords = insert_keywords(
+                {
+                    "prev_prefix_len": prev_prefix_len,
+                    "swa_evicted_seqlen": swa_evicted_seqlen,
+                    **kwargs,
+                }
+            )
+        else:  # the common call, nothing to check: the defaults
+            keywords = DEFAULT_INSERT_KEYWORDS
         return self._insert(key, value, keywords)
 
     def _insert(

@@ -461,9 +461,10 @@ class Tree(Generic[N]):
     def touch(self, node: N) -> None:
         """Stamp ``node``, every ancestor and the root with one new tick of the clock."""
         now = self.clock()
-        self.root.last_access_time = now
-        for n in path_to_root(node):
+        n: TreeNode | None = node
+        while n is not None:  # a loop, not path_to_root: paths are long without eviction
             n.last_access_time = now
+            n = n.parent
         if node in self.leaves:  # only the deepest node can be a leaf
             self._push(node)
         if self.on_touched:
