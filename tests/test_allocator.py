@@ -1,11 +1,19 @@
-"""KVIndexAllocator: the reference pool that refuses double frees."""
+"""KVIndexAllocator and HybridKVAllocator: the reference pools that refuse double frees."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from radixkv import DoubleFreeError, KVIndexAllocator, TokenTypeError, UsageError
+from radixkv import (
+    DoubleFreeError,
+    KVIndexAllocator,
+    RadixCache,
+    RadixKey,
+    TokenTypeError,
+    UsageError,
+)
+from radixkv.allocator import HybridKVAllocator
 
 
 def state(pool: KVIndexAllocator) -> tuple[int, list[bool]]:
@@ -144,3 +152,81 @@ def test_a_negative_alloc_is_rejected() -> None:
     with pytest.raises(UsageError):
         pool.alloc(-1)
     assert pool.available_size() == 4
+
+
+# ---- HybridKVAllocator: full-attention KV and sliding-window KV per index ----------------
+
+
+def swa_state(pool: HybridKVAllocator) -> tuple[int, list[bool], list[bool]]:
+    indices = range(pool.size)
+    return (
+        pool.available_size(),
+        [pool.is_allocated(i) for i in indices],
+        [pool.is_swa_held(i) for i in indices],
+    )
+
+
+def test_a_hybrid_index_holds_both_kvs_until_free_swa_drops_one(device: torch.device) -> None:
+    pool = HybridKVAllocator(6, device)
+    kv = pool.alloc(4)
+    assert kv is not None and pool.swa_held_count() == 4
+    pool.free_swa(kv[:2])  # tombstoned: its SWA KV goes, its full KV stays
+    assert pool.allocated_count() == 4 and pool.swa_held_count() == 2
+    assert [pool.is_swa_held(int(i)) for i in kv] == [False, False, True, True]
+    pool.free(kv)  # full KV of all four; SWA KV of the two that still held it
+    assert pool.allocated_count() == 0 and pool.swa_held_count() == 0
+    again = pool.alloc(6)
+    assert again is not None and pool.swa_held_count() == 6, "a reused index holds SWA KV again"
+
+
+@pytest.mark.parametrize("second", ["free_swa", "free"])
+def test_an_swa_double_free_is_rejected_without_change(second: str) -> None:
+    pool = HybridKVAllocator(4)
+    kv = pool.alloc(3)
+    assert kv is not None
+    pool.free_swa(kv[:1])
+    if second == "free":
+        pool.free(kv[1:2])
+    before = swa_state(pool)
+    stale = kv[:1] if second == "free_swa" else kv[1:2]
+    with pytest.raises(DoubleFreeError):
+        pool.free_swa(torch.cat([kv[2:], stale]))  # one good index, one gone: neither freed
+    assert swa_state(pool) == before
+
+
+def test_free_swa_checks_its_input_like_free() -> None:
+    pool = HybridKVAllocator(4)
+    kv = pool.alloc(2)
+    assert kv is not None
+    before = swa_state(pool)
+    for bad, error in (
+        (torch.tensor([1.0]), UsageError),
+        (torch.tensor([7]), UsageError),
+        (torch.cat([kv[:1], kv[:1]]), DoubleFreeError),
+        (torch.tensor([min(set(range(4)) - set(kv.tolist()))]), DoubleFreeError),  # not allocated
+    ):
+        with pytest.raises(error):
+            pool.free_swa(bad)
+        assert swa_state(pool) == before
+    pool.free_swa(torch.tensor([], dtype=torch.int64))
+    assert swa_state(pool) == before
+
+
+def test_a_sliding_window_cache_runs_on_the_hybrid_pool() -> None:
+    """The cache tombstones through free_swa and deletes through free; at the end the pool
+    holds nothing, so every index came back exactly once in both kinds of KV."""
+    pool = HybridKVAllocator(64)
+    cache = RadixCache(page_size=2, sliding_window_size=4, token_to_kv_pool_allocator=pool)
+    for prompt in ([1, 2, 3, 4, 5, 6, 7, 8], [1, 2, 3, 4, 9, 9, 9, 9, 9, 9], [1, 2, 3, 4]):
+        hit = cache.match_prefix(RadixKey(prompt))
+        boundary = cache.inc_lock_ref(hit.last_node)
+        kv = pool.alloc(len(prompt) - hit.prefix_len)
+        assert kv is not None
+        cache.insert(RadixKey(prompt), torch.cat([hit.indices, kv]), prev_prefix_len=hit.prefix_len)
+        cache.dec_lock_ref(hit.last_node, boundary)
+        assert pool.allocated_count() == cache.total_size()
+    assert cache.evict(0, swa_num_tokens=4).swa_evicted >= 4
+    assert pool.allocated_count() == cache.total_size()
+    assert pool.swa_held_count() == cache.swa_evictable_size() + cache.swa_protected_size()
+    cache.evict(cache.total_size())
+    assert pool.allocated_count() == pool.swa_held_count() == 0
