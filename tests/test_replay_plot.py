@@ -92,10 +92,13 @@ def test_the_plot_puts_every_cache_on_the_same_axes_with_readable_ticks() -> Non
         figure.canvas.draw()
         hits, speed, ratio = figure.axes
         assert len(hits.get_lines()) == len(speed.get_lines()) == 2  # both caches, same axes
-        assert figure._suptitle.get_text() == sweep_title(TINY, 16, 8)
-        assert "page size 16" in sweep_title(TINY, 16, 8) and "24 requests" in sweep_title(
-            TINY, 16, 8
-        )
+        title = sweep_title(TINY, 16, 8, ["radixkv", "sglang"])
+        assert figure._suptitle.get_text() == title
+        assert "radixkv, sglang" in title and "page size 16" in title and "24 requests" in title
+        assert [line.get_color() for line in speed.get_lines()] == [
+            line.get_color() for line in hits.get_lines()
+        ]
+        assert ratio.get_lines()[0].get_color() == speed.get_lines()[1].get_color()
         assert "pool" in speed.get_title()
         assert [t.get_text() for t in ratio.texts] == ["1.50x", "1.25x"]
         renderer = figure.canvas.get_renderer()

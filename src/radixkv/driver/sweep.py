@@ -172,8 +172,11 @@ def sweep_table(sweeps: list[CacheSweep]) -> str:
     return "\n".join(lines)
 
 
-def sweep_title(cfg: WorkloadConfig, page_size: int, batch: int) -> str:
-    return f"trace: {trace_label(cfg)}; page size {page_size}; batch {batch}"
+def sweep_title(cfg: WorkloadConfig, page_size: int, batch: int, caches: list[str]) -> str:
+    return (
+        f"{', '.join(caches)} on one trace: {trace_label(cfg)}; page size {page_size};"
+        f" batch {batch}"
+    )
 
 
 def plot_sweep(
@@ -206,60 +209,69 @@ STYLES = (("o", "-"), ("s", "--"), ("^", ":"), ("D", "-."))  # lines that coinci
 def draw_sweep(
     plt: Any, sweeps: list[CacheSweep], cfg: WorkloadConfig, page_size: int, batch: int
 ) -> Any:
-    """The three panels of ``plot_sweep`` as a matplotlib figure."""
+    """The three panels of ``plot_sweep`` as a matplotlib figure. A cache keeps its colour
+    and marker in every panel; the ratio labels of alternate peers sit above and below
+    their points, so two close ratios never print over each other."""
     figure, (hits, speed, ratio) = plt.subplots(1, 3, figsize=(16, 5))
-    for s, (marker, line) in zip(sweeps, STYLES * len(sweeps), strict=False):
-        style = {"marker": marker, "linestyle": line, "label": s.cache}
-        hits.plot(*zip(*s.hit_rate, strict=True), **style)
-        speed.plot(*zip(*s.speed, strict=True), **style)
+    styles = {s.cache: _style(i) for i, s in enumerate(sweeps)}
+    for s in sweeps:
+        hits.plot(*zip(*s.hit_rate, strict=True), label=s.cache, **styles[s.cache])
+        speed.plot(*zip(*s.speed, strict=True), label=s.cache, **styles[s.cache])
     pool_ticks = [x for x, _ in sweeps[0].hit_rate]
-    _log2_ticks(hits, pool_ticks, [_compact(x) for x in pool_ticks])
+    _log2_ticks(hits, pool_ticks)
     hits.set(
         xlabel=f"KV pool (tokens; a prompt is ~{cfg.prompt_len:,})",
         ylabel="hit rate",
         title="hit rate against pool size",
     )
     length_ticks = [x for x, _ in sweeps[0].speed]
-    _log2_ticks(speed, length_ticks, [_compact(x) for x in length_ticks])
+    _log2_ticks(speed, length_ticks)
+    speed.set_ylim(bottom=0)
+    speed.yaxis.set_major_formatter(lambda y, _: f"{y / 1000:g}k" if y else "0")
     speed.set(
-        yscale="log",
         xlabel="typical prompt length (tokens)",
         ylabel="requests/s (cache CPU time)",
         title=f"speed against prompt length (pool: {SPEED_POOL_PROMPTS} prompts)",
     )
-    for (peer, points), (marker, line) in zip(
-        speed_ratios(sweeps).items(), STYLES[1:], strict=False
-    ):
-        xs, ys = zip(*points, strict=True)
-        ratio.plot(xs, ys, marker=marker, linestyle=line, label=f"÷ {peer}")
+    for n, (peer, points) in enumerate(speed_ratios(sweeps).items()):
+        ratio.plot(*zip(*points, strict=True), label=f"÷ {peer}", **styles[peer])
         for x, y in points:
+            below = n % 2 == 1
             ratio.annotate(
                 f"{y:.2f}x",
                 (x, y),
                 textcoords="offset points",
-                xytext=(0, 6),
+                xytext=(0, -13 if below else 6),
                 ha="center",
                 fontsize=8,
+                color=styles[peer]["color"],
             )
     ratio.axhline(1.0, color="grey", linewidth=0.8)
-    _log2_ticks(ratio, length_ticks, [_compact(x) for x in length_ticks])
+    ratio.margins(y=0.15)
+    _log2_ticks(ratio, length_ticks)
     ratio.set(
         xlabel="typical prompt length (tokens)",
         ylabel=f"{sweeps[0].cache} requests/s ÷ peer's",
-        title=f"{sweeps[0].cache}'s speed ratio (above 1: faster)",
+        title=f"{sweeps[0].cache}'s speed over each peer's (above 1: faster)",
     )
     for axes in (hits, speed, ratio):
         axes.grid(True, alpha=0.3)
         axes.legend()
-    figure.suptitle(sweep_title(cfg, page_size, batch))
+    figure.suptitle(sweep_title(cfg, page_size, batch, [s.cache for s in sweeps]))
     figure.tight_layout()
     return figure
 
 
-def _log2_ticks(axes: Any, ticks: list[int], labels: list[str]) -> None:
-    """A base-2 log axis with exactly these ticks, and no minor labels to crowd them."""
+def _style(n: int) -> dict[str, Any]:
+    marker, line = STYLES[n % len(STYLES)]
+    return {"color": f"C{n}", "marker": marker, "linestyle": line}
+
+
+def _log2_ticks(axes: Any, ticks: list[int]) -> None:
+    """A base-2 log axis with exactly these ticks, labelled short, and no minor labels to
+    crowd them."""
     axes.set_xscale("log", base=2)
-    axes.set_xticks(ticks, labels)
+    axes.set_xticks(ticks, [_compact(x) for x in ticks])
     axes.minorticks_off()
 
 
