@@ -119,6 +119,8 @@ def aligned_value(key: KeyRead, value: object, device: torch.device) -> torch.Te
         raise UsageError(f"value has {given} indices for {n} aligned tokens")
     if given > n:
         value = value[:n]
+    if value.dtype is torch.int64 and value.device == device:
+        return value  # the common case; ``to`` would return it too, at twice the cost
     return value.to(device=device, dtype=torch.int64)
 
 

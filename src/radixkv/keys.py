@@ -615,7 +615,7 @@ def compact(data: KeyData) -> KeyData:
     return data if slim is None else Ids32(slim)
 
 
-def widen(data: Ids32) -> bytes:
+def widen(data: bytes) -> bytes:
     """Compact ids as native int64 ones (dict keys, and the pure path's comparisons)."""
     helpers = native.helpers
     if helpers is not None:
@@ -667,8 +667,9 @@ def span(data: KeyView, start: int, end: int) -> KeyData:
 def page_at(data: KeyView, start: int, page_size: int) -> KeyData:
     """The ``page_size`` tokens of ``data`` from token ``start``: a child's dict key part
     (int64 bytes whatever the node's form, so lookups by any key find it)."""
-    page = span(data, start, start + page_size)
-    return widen(page) if type(page) is Ids32 else page
+    if type(data) is Ids32:  # widened from a plain slice: no Ids32 made in between
+        return widen(data[start * COMPACT : (start + page_size) * COMPACT])
+    return span(data, start, start + page_size)
 
 
 # ---- the exact checks (error messages, and callers off the hot path) --------------------
