@@ -26,7 +26,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 from hypothesis import note, reject
 from hypothesis import strategies as st
@@ -61,8 +61,11 @@ from radixkv_conformance.protocol import (
     AdapterFactory,
     Evicted,
     Indices,
+    Inserted,
+    Matched,
     Namespace,
     as_evicted,
+    as_inserted,
     as_matched,
 )
 from radixkv_conformance.strategies import (
@@ -74,6 +77,9 @@ from radixkv_conformance.strategies import (
 from radixkv_conformance.trace import trace_document
 
 Step = dict[str, Any]
+Key = tuple[int, ...]
+Keywords = dict[str, Any]  # a call's keywords beyond the key and its indices
+Frees = list[tuple[str, tuple[int, ...]]]  # what the cache freed: (pool, indices), in order
 
 
 def chain_restarted(
@@ -195,6 +201,42 @@ class LockRef:
     refused: bool = False  # the cache (rightly) rejected the lock: nothing to undo
 
 
+class SpecMatch(Protocol):
+    """What a mode's spec model says a lookup returns (``spec_match``)."""
+
+    @property
+    def indices(self) -> tuple[int, ...]: ...
+
+    @property
+    def prefix_len(self) -> int: ...
+
+
+@dataclass(frozen=True)
+class PrefixMatch:
+    """A lookup that returns the indices of the prefix it matched, and nothing else."""
+
+    indices: tuple[int, ...]
+
+    @property
+    def prefix_len(self) -> int:
+        return len(self.indices)
+
+    def __str__(self) -> str:  # how a wrong match names it (a mode's match names itself)
+        return f"spec says {self.indices}"
+
+
+@dataclass(frozen=True)
+class SpecInsert:
+    """What a mode's spec model says one insert does (``spec_insert``)."""
+
+    prefix_len: int  # what insert returns
+    duplicates: tuple[int, ...]  # the caller's indices the cache does not keep
+    end: int  # the handle the insert returns ends at ``tokens[:end]``
+    tail: int  # the caller frees ``indices[tail:]``, its unaligned tail
+    expect: dict[str, Any] = field(default_factory=dict)  # more of the step's ``expect``
+    slots: tuple[int, ...] = ()  # the caller's state slots the cache did not take
+
+
 class ConformanceMachine(RuleBasedStateMachine):
     """The core every mode shares (see the module doc). ``session`` is set by
     ``machine_for``; everything else lives on the instance, one per run."""
@@ -204,6 +246,17 @@ class ConformanceMachine(RuleBasedStateMachine):
     checks: ClassVar[frozenset[str]] = frozenset(CAPABILITIES) - {"priority", "swa", "mamba"}
     """The capabilities this rule set has rules for; a claim outside them is refused."""
     bad_calls: ClassVar[dict[str, tuple[str, tuple[str, ...]]]] = BAD_CALLS
+    insert_keywords: ClassVar[dict[str, Any]] = {}
+    """The mode's keywords of ``insert`` and what a call that leaves one out means; every
+    insert step records them (``priority`` only where an insert passes one)."""
+    evict_keywords: ClassVar[tuple[str, ...]] = ()
+    """The mode's amounts ``evict`` takes besides ``num_tokens`` (0 when left out)."""
+    duplicate_messages: ClassVar[tuple[str, str]] = (
+        "INV-7: the cache must free duplicates",
+        "INV-7: insert freed {freed}; the caller owns duplicates",
+    )
+    """What a wrong free of duplicates breaks: the cache's (profile ``duplicates="cache"``),
+    then the caller's (``freed``: what the cache freed, ``expected``: the spec's)."""
 
     nodes = Bundle("nodes")
     locks = Bundle("locks")
@@ -237,6 +290,7 @@ class ConformanceMachine(RuleBasedStateMachine):
         self.check = "setup"
         self.events: list[tuple[str, tuple[int, ...]]] = []
         self.copies: list[tuple[int, int]] = []
+        self.matched = Matched((), None)  # what the last match returned (a request reads it)
         self.next_index = 0  # the next fresh index; `given` is the ledger's truth
         self.next_slot = 0
         self.given: set[int] = set()  # every index handed out (allocated, or from a trace)
@@ -415,19 +469,18 @@ class ConformanceMachine(RuleBasedStateMachine):
     def frees_since(self, seen: int, kind: str = "free") -> list[int]:
         return [i for k, group in self.events[seen:] if k == kind for i in group]
 
-    def settle_duplicates(self, given: Indices, held: Indices, seen: int) -> None:
-        """The caller's indices for the cached prefix that differ from the cache's are
-        duplicates: the duplicates policy says who frees them (INV-7)."""
-        duplicates = tuple(i for i, h in zip(given, held, strict=True) if i != h)
+    def settle_duplicates(self, duplicates: Indices, seen: int) -> None:
+        """The caller's indices for the cached prefix that the cache does not keep: the
+        duplicates policy says who frees them (INV-7)."""
         by_cache = self.frees_since(seen)
+        by_the_cache, by_the_caller = self.duplicate_messages
         if self.profile.duplicates == "cache":
             self.require(
-                sorted(by_cache) == sorted(duplicates), "INV-7: the cache must free duplicates"
+                sorted(by_cache) == sorted(duplicates),
+                by_the_cache.format(freed=sorted(by_cache), expected=sorted(duplicates)),
             )
         else:
-            self.require(
-                not by_cache, f"INV-7: insert freed {by_cache}; the caller owns duplicates"
-            )
+            self.require(not by_cache, by_the_caller.format(freed=by_cache))
             self.release("free", duplicates, by="caller")
 
     # ---- drawing -------------------------------------------------------------------------
@@ -517,34 +570,139 @@ class ConformanceMachine(RuleBasedStateMachine):
             self.count("caller buffers overwritten")
 
     def call_insert(self, step: Step) -> Any:
-        """``sut.insert`` with the mode's keywords, from a step's fields."""
+        """``sut.insert`` with the mode's keywords (and a priority), from a step's fields."""
+        keywords = {k: step.get(k, left_out) for k, left_out in self.insert_keywords.items()}
+        if "priority" in step:
+            keywords["priority"] = step["priority"]
         tokens, ns, indices = tuple(step["tokens"]), step["namespace"], tuple(step["indices"])
-        return self.sut.insert(tokens, ns, indices)
+        return self.sut.insert(tokens, ns, indices, **keywords)
+
+    def call_evict(self, step: Step) -> Evicted:
+        """``sut.evict`` with the mode's amounts, from a step's fields."""
+        amounts = {k: step.get(k, 0) for k in self.evict_keywords}
+        return as_evicted(self.sut.evict(step["num_tokens"], **amounts))
+
+    # ---- the steps every mode shares; a mode gives its spec's answer and its own checks --
 
     match_invariant: ClassVar[str] = "INV-10"
     """The invariant a wrong match breaks in this mode (INV-23 under a sliding window)."""
 
-    def expected_match(self, namespace: Namespace, tokens: tuple[int, ...]) -> tuple[int, ...]:
-        """What the mode's spec model matches (and refreshes) for this lookup."""
-        return tuple(self.model.match(namespace, tokens))
-
     def do_match(self, tokens: tuple[int, ...], namespace: Namespace) -> NodeRef:
-        """A lookup: the cache's indices must be the spec's; the handle ends at the match."""
+        """A lookup: the cache's indices must be the spec's; the handle ends at the match.
+        What else it returns (Mamba's copy-on-write slot) a request reads in ``matched``."""
         step = self.log("match", tokens=list(tokens), namespace=namespace)
         with self.checking("match"):
+            copies = len(self.copies)
             got = as_matched(self.sut.match(tokens, namespace))
             self.scribble_caller_buffers()
-            expected = self.expected_match(namespace, tokens)
-            step["expect"] = {"indices": list(expected)}
+            want = self.spec_match(namespace, tokens)
+            step["expect"] = {"indices": list(want.indices)}
             self.require(
-                tuple(got.indices) == expected,
-                f"{self.match_invariant}: match gave {got.indices}, spec says {expected}",
+                tuple(got.indices) == want.indices,
+                f"{self.match_invariant}: match gave {got.indices}, {want}",
             )
+            self.check_match_extras(got, want, step, copies)
             self.count("match")
-            return self.ref(got.handle, namespace, tokens[: len(expected)])
+            self.matched = got
+            return self.ref(got.handle, namespace, tokens[: want.prefix_len])
 
-    def call_evict(self, step: Step) -> Evicted:
-        return as_evicted(self.sut.evict(step["num_tokens"]))
+    def spec_match(self, namespace: Namespace, tokens: tuple[int, ...]) -> SpecMatch:
+        """What the mode's spec model matches (and refreshes) for this lookup."""
+        return PrefixMatch(tuple(self.model.match(namespace, tokens)))
+
+    def check_match_extras(self, got: Matched, want: SpecMatch, step: Step, copies: int) -> None:
+        """The mode's checks of what a match returns besides its indices (none here)."""
+
+    def do_insert(
+        self,
+        tokens: tuple[int, ...],
+        namespace: Namespace,
+        indices: tuple[int, ...],
+        **keywords: Any,
+    ) -> NodeRef:
+        """Insert with the caller's ``indices`` and the mode's ``keywords`` (``priority``:
+        the insert's eviction priority, capability ``priority``).
+
+        The caller's indices for an already cached prefix that the cache does not keep are
+        its duplicates: freed by the caller, or by the cache when the profile says so.
+        Indices past the aligned key are the caller's unaligned tail.
+        """
+        if self.profile.allocation == "cache":
+            return self.do_owned_insert(tokens, namespace, keywords.get("priority"))
+        keywords = {**self.insert_keywords, **keywords}
+        step = self.log(
+            "insert", tokens=list(tokens), namespace=namespace, indices=list(indices), **keywords
+        )
+        with self.checking("insert"):
+            self.hand_out(indices)
+            self.before_insert(indices, keywords)
+            seen = len(self.events)
+            got = as_inserted(self.call_insert(step))
+            self.scribble_caller_buffers()
+            spec = self.spec_insert(namespace, tokens, indices, keywords)
+            step["expect"] = {"prefix_len": spec.prefix_len, **spec.expect}
+            if self.profile.duplicates != "kept" or got.prefix_len is not None:
+                self.require(
+                    got.prefix_len == spec.prefix_len,
+                    f"INV-12: prefix_len {got.prefix_len}, spec says {spec.prefix_len}",
+                )
+            self.check_insert_extras(got, spec, seen)
+            self.settle_duplicates(spec.duplicates, seen)
+            self.release("free", indices[spec.tail :], by="caller")
+            self.release("slot", spec.slots, by="caller")
+            self.keys_seen.append(tokens)
+            self.count("insert")
+            return self.ref(got.handle, namespace, tokens[: spec.end])
+
+    def do_owned_insert(
+        self, tokens: tuple[int, ...], namespace: Namespace, priority: int | None
+    ) -> NodeRef:
+        """An insert into a cache that allocates its own indices (``allocation="cache"``):
+        a policy of the plain mode only (``machine_for`` refuses it elsewhere)."""
+        raise NotImplementedError(f"allocation='cache' in the {self.mode} mode")
+
+    def before_insert(self, indices: Indices, keywords: Keywords) -> None:
+        """What the caller does before it inserts, besides holding ``indices`` (nothing)."""
+
+    def spec_insert(self, ns: Namespace, tokens: Key, indices: Key, kw: Keywords) -> SpecInsert:
+        """Apply the insert to the spec model: what the cache must have done."""
+        raise NotImplementedError  # each mode's rule set asks its model
+
+    def check_insert_extras(self, got: Inserted, spec: SpecInsert, seen: int) -> None:
+        """The mode's checks of an insert besides its prefix_len and duplicates (none)."""
+
+    def do_evict(self, num_tokens: int, **amounts: int) -> None:
+        """Evict ``num_tokens`` (and the mode's own ``amounts``).
+
+        The mode's spec model takes what the cache freed, in order, checking each victim
+        and where the eviction stopped (``apply_frees``); the counts evict reported are
+        checked apart (``check_reported_counts``): a miscount must not hide a wrong victim,
+        nor the reverse.
+        """
+        given = {k: amounts.get(k, 0) for k in self.evict_keywords}
+        step = self.log("evict", num_tokens=num_tokens, **given)
+        with self.checking("evict"):
+            before = self.before_eviction()
+            seen = len(self.events)
+            got = self.call_evict(step)
+            freed = self.apply_frees(step, self.events[seen:], before)
+            with self.checking("evict: reported counts"):
+                self.check_reported_counts(got, freed)
+            self.count("evict")
+            self.session.stats["evicted tokens"] += freed.full
+
+    def before_eviction(self) -> Any:
+        """What the mode reads of the cache before an eviction, for ``apply_frees`` (none)."""
+        return None
+
+    def apply_frees(self, step: Step, frees: Frees, before: Any) -> Evicted:
+        """Record the frees of an eviction in its step (``observed``), apply them to the
+        spec model (each victim admissible; where it stopped); return what was freed."""
+        raise NotImplementedError  # each mode's rule set asks its model
+
+    def check_reported_counts(self, got: Evicted, freed: Evicted) -> None:
+        """What ``evict`` reported is what it freed."""
+        raise NotImplementedError  # each mode names its own counts
 
     def do_lock(self, ref: NodeRef) -> LockRef:
         step = self.log("lock", node=ref.step)
@@ -591,13 +749,9 @@ class ConformanceMachine(RuleBasedStateMachine):
             self.sut.unlock(ref.handle, token)
             if ref.prefix:
                 self.model.unlock(ref.namespace, ref.prefix)
-                if "unlock" in self.profile.refresh_on:
-                    self.refresh_after_unlock(ref)
+                if "unlock" in self.profile.refresh_on:  # MAX: the model touches the path
+                    self.model.match(ref.namespace, ref.prefix)
             self.count("unlock")
-
-    def refresh_after_unlock(self, ref: NodeRef) -> None:
-        """An engine that refreshes recency on unlock (MAX): the model touches the path."""
-        self.model.match(ref.namespace, ref.prefix)
 
     def do_unlock_without_lock(self, ref: NodeRef) -> None:
         """An unlock that no lock matches is rejected, never a silent negative count."""
@@ -650,6 +804,12 @@ class ConformanceMachine(RuleBasedStateMachine):
     def reset_model(self) -> tuple[list[int], list[int]]:
         """Reset the model; return (the indices, the slots) the cache held."""
         return list(self.model.reset()), []
+
+    def do_free_slot(self, slot: int) -> None:
+        """The caller frees a slot it holds (the copy of an aborted request)."""
+        self.log("free_slot", slot=slot)
+        with self.checking("free_slot"):
+            self.release("slot", (slot,), by="caller")
 
     def do_page_hashes(self, ref: NodeRef) -> None:
         """Page hashes are a pure function of namespace and root path (INV-9, INV-13).
@@ -762,8 +922,29 @@ class ConformanceMachine(RuleBasedStateMachine):
         self.count("refresh_often")
 
     def refresh(self, tokens: tuple[int, ...], namespace: Namespace) -> None:
-        """One match as a request that then goes away (a mode may have to clean up)."""
+        """One match as a request that then goes away."""
         self.do_match(tokens, namespace)
+        self.drop_match()
+
+    def drop_match(self) -> None:
+        """A request that matched goes away: what it gives back (Mamba: its copy-on-write
+        slot; nothing here)."""
+
+    @precondition(lambda self: self.session.profile.match_may_split)
+    @rule(target=nodes, data=st.data())
+    def match(self, data: st.DataObject) -> NodeRef:
+        """A match whose handle ends exactly at the match (usable for locking), by a
+        request that then goes away."""
+        ref = self.do_match(self.draw_tokens(data), self.draw_namespace(data))
+        self.drop_match()
+        return ref
+
+    @precondition(lambda self: not self.session.profile.match_may_split)
+    @rule(data=st.data())
+    def match_only(self, data: st.DataObject) -> None:
+        """A match whose handle may end below the match: never locked."""
+        self.refresh(self.draw_tokens(data), self.draw_namespace(data))
+        self.count("match without a handle")
 
     @precondition(lambda self: self.has("hashing"))
     @rule(ref=nodes)
@@ -817,8 +998,14 @@ class ConformanceMachine(RuleBasedStateMachine):
         return {"op": "evict", "num_tokens": data.draw(up_to(-1, -5), label="num_tokens")}
 
     def insert_call(self, tokens: list[Any], ns: Any, indices: list[int]) -> Step:
-        """A bad insert as a step; a mode adds its keywords (a slot nobody holds, ...)."""
-        return {"op": "insert", "tokens": tokens, "namespace": ns, "indices": indices}
+        """A bad insert as a step, with the mode's keywords as a call leaves them out."""
+        return {
+            "op": "insert",
+            "tokens": tokens,
+            "namespace": ns,
+            "indices": indices,
+            **self.insert_keywords,
+        }
 
     # ---- invariants every mode shares ----------------------------------------------------
 

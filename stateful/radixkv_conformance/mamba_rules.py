@@ -17,17 +17,21 @@ from typing import Any, ClassVar
 
 from hypothesis import strategies as st
 from hypothesis.stateful import MultipleResults, invariant, multiple, precondition, rule
-from radixkv_spec.mamba import Event, MambaCacheModel
+from radixkv_spec.mamba import Event, MambaCacheModel, MambaMatch
 from radixkv_spec.tokens import page_align
 
-from radixkv_conformance.machines import BAD_CALLS, ConformanceMachine, NodeRef, Step
-from radixkv_conformance.protocol import (
-    Evicted,
-    Namespace,
-    as_evicted,
-    as_inserted,
-    as_matched,
+from radixkv_conformance.machines import (
+    BAD_CALLS,
+    ConformanceMachine,
+    Frees,
+    Key,
+    Keywords,
+    NodeRef,
+    SpecInsert,
+    SpecMatch,
+    Step,
 )
+from radixkv_conformance.protocol import Evicted, Indices, Inserted, Matched, Namespace
 from radixkv_conformance.strategies import one_of
 
 UNUSED_SLOT = 10**9  # a slot nobody holds: in a bad call only the other argument is wrong
@@ -38,6 +42,9 @@ class MambaRules(ConformanceMachine):
 
     mode: ClassVar[str] = "mamba"
     checks = ConformanceMachine.checks | {"mamba"}
+    match_invariant = "INV-34"
+    insert_keywords: ClassVar[dict[str, Any]] = {"state_slot": None}
+    evict_keywords = ("mamba_slots",)
     bad_calls: ClassVar[dict[str, tuple[str, tuple[str, ...]]]] = {
         **BAD_CALLS,
         "evict a negative slot count": ("_negative_slot_evict", ("bad_input",)),
@@ -68,14 +75,6 @@ class MambaRules(ConformanceMachine):
         )
         super().state_copied(src, dst)
 
-    def call_insert(self, step: Step) -> Any:
-        tokens, ns, indices = tuple(step["tokens"]), step["namespace"], tuple(step["indices"])
-        return self.sut.insert(tokens, ns, indices, state_slot=step.get("state_slot"))
-
-    def call_evict(self, step: Step) -> Evicted:
-        slots = step.get("mamba_slots", 0)
-        return as_evicted(self.sut.evict(step["num_tokens"], mamba_slots=slots))
-
     def reset_model(self) -> tuple[list[int], list[int]]:
         indices, slots = self.model.reset()
         return list(indices), list(slots)
@@ -85,115 +84,77 @@ class MambaRules(ConformanceMachine):
 
     # ---- steps ---------------------------------------------------------------------------
 
-    def do_match(self, tokens: tuple[int, ...], namespace: Namespace) -> NodeRef:
-        """A lookup, as in every mode; what else a Mamba match returns (its copy-on-write
-        slot, the branching length) the request reads from ``self.matched``."""
-        step = self.log("match", tokens=list(tokens), namespace=namespace)
-        with self.checking("match"):
-            copies = len(self.copies)
-            got = as_matched(self.sut.match(tokens, namespace))
-            self.scribble_caller_buffers()
-            want = self.model.match(namespace, tokens)
-            step["expect"] = {
-                "indices": list(want.indices),
-                "prefix_len": want.prefix_len,
-                "branching_seqlen": want.branching_seqlen,
-            }
-            prefix_len = len(got.indices) if got.prefix_len is None else got.prefix_len
-            self.require(
-                tuple(got.indices) == want.indices, f"INV-34: match gave {got.indices}, {want}"
-            )
-            self.require(
-                prefix_len == want.prefix_len, f"INV-34: prefix_len {prefix_len}, spec {want}"
-            )
-            self.require(
-                got.branching_seqlen == want.branching_seqlen,
-                f"INV-34: mamba_branching_seqlen {got.branching_seqlen}, spec {want}",
-            )
-            if want.source_slot is None:
-                self.require(got.cow_slot is None, "INV-34: a copy-on-write slot where none is due")
-                self.require(len(self.copies) == copies, "INV-34: copied a state where none is due")
-            else:
-                self.require(
-                    got.cow_slot is not None, "INV-34: no copy-on-write slot for a state hit"
-                )
-                expected = [(want.source_slot, got.cow_slot)]
-                self.require(
-                    self.copies[copies:] == expected, f"INV-33: copies {self.copies[copies:]}"
-                )
-            self.count("match")
-            self.matched = got
-            return self.ref(got.handle, namespace, tokens[: want.prefix_len])
+    def spec_match(self, namespace: Namespace, tokens: tuple[int, ...]) -> MambaMatch:
+        want: MambaMatch = self.model.match(namespace, tokens)
+        return want
 
-    def do_insert(
-        self,
-        tokens: tuple[int, ...],
-        namespace: Namespace,
-        indices: tuple[int, ...],
-        state_slot: int | None = None,
-    ) -> NodeRef:
-        """Insert a request's row; the caller frees its duplicates, its unaligned tail, and
-        its slot when a state existed already (``mamba_exist``)."""
-        step = self.log(
-            "insert",
-            tokens=list(tokens),
-            namespace=namespace,
-            indices=list(indices),
-            state_slot=state_slot,
+    def check_match_extras(self, got: Matched, want: SpecMatch, step: Step, copies: int) -> None:
+        """The match's length, its branching point, and the copy of the matched state into
+        a slot of the request's (copy-on-write), exactly when the spec says (INV-34)."""
+        if not isinstance(want, MambaMatch):
+            raise TypeError(f"a Mamba match is a MambaMatch, not {want!r}")
+        step["expect"].update(prefix_len=want.prefix_len, branching_seqlen=want.branching_seqlen)
+        prefix_len = len(got.indices) if got.prefix_len is None else got.prefix_len
+        self.require(prefix_len == want.prefix_len, f"INV-34: prefix_len {prefix_len}, spec {want}")
+        self.require(
+            got.branching_seqlen == want.branching_seqlen,
+            f"INV-34: mamba_branching_seqlen {got.branching_seqlen}, spec {want}",
         )
-        with self.checking("insert"):
-            self.hand_out(indices)
-            if state_slot is not None:
-                self.hand_out_slot(state_slot)
-            key = tokens[: page_align(len(tokens), self.page_size)]
-            held = self.model.indices_of(namespace, key[: self.model.kv_len(namespace, key)])
-            seen = len(self.events)
-            got = as_inserted(self.call_insert(step))
-            self.scribble_caller_buffers()
-            prefix_len, mamba_exist = self.model.insert(namespace, tokens, indices, state_slot)
-            step["expect"] = {"prefix_len": prefix_len, "mamba_exist": mamba_exist}
-            self.require(
-                got.prefix_len == prefix_len,
-                f"INV-12: prefix_len {got.prefix_len}, spec says {prefix_len}",
-            )
-            self.require(got.mamba_exist == mamba_exist, f"INV-31: mamba_exist {got.mamba_exist}")
-            self.settle_duplicates(indices[:prefix_len], held, seen)
-            self.release("free", indices[len(key) :], by="caller")
-            if state_slot is not None and mamba_exist:
-                self.release("slot", (state_slot,), by="caller")
-            self.keys_seen.append(tokens)
-            return self.ref(got.handle, namespace, key)
+        if want.source_slot is None:
+            self.require(got.cow_slot is None, "INV-34: a copy-on-write slot where none is due")
+            self.require(len(self.copies) == copies, "INV-34: copied a state where none is due")
+        else:
+            self.require(got.cow_slot is not None, "INV-34: no copy-on-write slot for a state hit")
+            expected = [(want.source_slot, got.cow_slot)]
+            self.require(self.copies[copies:] == expected, f"INV-33: copies {self.copies[copies:]}")
 
-    def do_free_slot(self, slot: int) -> None:
-        """The caller frees a slot it holds (the copy of an aborted request)."""
-        self.log("free_slot", slot=slot)
-        with self.checking("free_slot"):
-            self.release("slot", (slot,), by="caller")
+    def before_insert(self, indices: Indices, keywords: Keywords) -> None:
+        """The caller holds the state slot it passes, too."""
+        if keywords["state_slot"] is not None:
+            self.hand_out_slot(keywords["state_slot"])
 
-    def do_evict(self, num_tokens: int, mamba_slots: int = 0) -> None:
-        step = self.log("evict", num_tokens=num_tokens, mamba_slots=mamba_slots)
-        with self.checking("evict"):
-            seen = len(self.events)
-            got = self.call_evict(step)
-            events: list[Event] = [
-                ("kv", g) if kind == "free" else ("slot", g[0])
-                for kind, g in self.events[seen:]
-                if kind in ("free", "slot")
-            ]
-            step["observed"] = {"events": [[k, p] for k, p in events]}
-            self.model.apply_eviction(num_tokens, mamba_slots, events, self.waive)
-            tokens = len(self.frees_since(seen))
-            slots = len(self.frees_since(seen, "slot"))
-            with self.checking("evict: reported counts"):  # not the victims' finding
-                self.require(
-                    got.full == tokens, f"INV-35: full_evicted {got.full}, freed {tokens} tokens"
-                )
-                self.require(
-                    got.mamba == slots, f"INV-35: mamba_evicted {got.mamba}, freed {slots} slots"
-                )
-            self.count("evict")
-            self.session.stats["evicted tokens"] += tokens
-            self.session.stats["evicted slots"] += slots
+    def spec_insert(self, ns: Namespace, tokens: Key, indices: Key, kw: Keywords) -> SpecInsert:
+        """The pages and the state after them; when a state sat there already
+        (``mamba_exist``), the caller frees the slot it passed."""
+        key, slot = tokens[: page_align(len(tokens), self.page_size)], kw["state_slot"]
+        held = self.model.indices_of(ns, key[: self.model.kv_len(ns, key)])
+        prefix_len, exist = self.model.insert(ns, tokens, indices, slot)
+        duplicates = tuple(i for i, h in zip(indices[:prefix_len], held, strict=True) if i != h)
+        slots = (slot,) if exist and slot is not None else ()
+        return SpecInsert(prefix_len, duplicates, len(key), len(key), {"mamba_exist": exist}, slots)
+
+    def check_insert_extras(self, got: Inserted, spec: SpecInsert, seen: int) -> None:
+        """``mamba_exist`` is the spec's (INV-31)."""
+        exist = spec.expect["mamba_exist"]
+        self.require(got.mamba_exist == exist, f"INV-31: mamba_exist {got.mamba_exist}")
+
+    def apply_frees(self, step: Step, frees: Frees, before: Any) -> Evicted:
+        """KV groups and state slots, in the order the cache freed them."""
+        events: list[Event] = [
+            ("kv", g) if kind == "free" else ("slot", g[0])
+            for kind, g in frees
+            if kind in ("free", "slot")
+        ]
+        step["observed"] = {"events": [[k, p] for k, p in events]}
+        self.model.apply_eviction(step["num_tokens"], step["mamba_slots"], events, self.waive)
+        tokens = sum(len(g) for kind, g in frees if kind == "free")
+        slots = sum(1 for kind, _ in frees if kind == "slot")
+        self.session.stats["evicted slots"] += slots
+        return Evicted(tokens, mamba=slots)
+
+    def check_reported_counts(self, got: Evicted, freed: Evicted) -> None:
+        self.require(
+            got.full == freed.full, f"INV-35: full_evicted {got.full}, freed {freed.full} tokens"
+        )
+        self.require(
+            got.mamba == freed.mamba,
+            f"INV-35: mamba_evicted {got.mamba}, freed {freed.mamba} slots",
+        )
+
+    def drop_match(self) -> None:
+        """A request that matched and went away frees its copy of the state."""
+        if self.matched.cow_slot is not None:
+            self.do_free_slot(self.matched.cow_slot)
 
     # ---- rules ---------------------------------------------------------------------------
 
@@ -204,31 +165,13 @@ class MambaRules(ConformanceMachine):
         tokens = self.draw_tokens(data)
         aligned = page_align(len(tokens), self.page_size)
         if not with_slot and self.model.kv_len(ns, tokens) < aligned:
-            step = self.log("insert", bad="new tokens without a state")
-            step.update(self.insert_call(list(tokens), ns, list(range(len(tokens)))))
-            step.update(state_slot=None, expect={"rejected": True})
-            with self.checking("bad: new tokens without a state"):
-                call = lambda: self.call_insert(step)  # noqa: E731
-                self.expect_rejected(call, "new tokens without a state")
+            call = self.insert_call(list(tokens), ns, list(range(len(tokens))))
+            self.do_bad_call("new tokens without a state", {**call, "state_slot": None})
             return multiple()  # the call was refused: no handle for the bundle
         slot = self.new_slot() if with_slot else None
-        self.count("insert" if with_slot else "insert without state")
-        return self.do_insert(tokens, ns, self.allocate(len(tokens)), slot)
-
-    @rule(target=ConformanceMachine.nodes, data=st.data())
-    def match(self, data: st.DataObject) -> NodeRef:
-        """A request that matches, then aborts: it frees its copy of the state."""
-        ref = self.do_match(self.draw_tokens(data), self.draw_namespace(data))
-        got = self.matched
-        if got.cow_slot is not None:
-            self.do_free_slot(got.cow_slot)
-        return ref
-
-    def refresh(self, tokens: tuple[int, ...], namespace: Namespace) -> None:
-        self.do_match(tokens, namespace)
-        got = self.matched
-        if got.cow_slot is not None:
-            self.do_free_slot(got.cow_slot)
+        if not with_slot:
+            self.count("insert without state")
+        return self.do_insert(tokens, ns, self.allocate(len(tokens)), state_slot=slot)
 
     @rule(target=ConformanceMachine.nodes, data=st.data(), snapshot=st.booleans())
     def request(self, data: st.DataObject, snapshot: bool) -> NodeRef:
@@ -243,16 +186,16 @@ class MambaRules(ConformanceMachine):
         row = tuple(got.indices) + self.allocate(len(tokens) - done)
         if snapshot and got.branching_seqlen is not None and got.branching_seqlen > done:
             cut = got.branching_seqlen
-            self.do_insert(tokens[:cut], ns, row[:cut], self.new_slot())
+            self.do_insert(tokens[:cut], ns, row[:cut], state_slot=self.new_slot())
             protected = self.model.kv_len(ns, tokens[:cut])
             row = self.model.indices_of(ns, tokens[:protected]) + row[protected:]
             self.count("request with a snapshot")
         self.count("request")
-        return self.do_insert(tokens, ns, row, working)
+        return self.do_insert(tokens, ns, row, state_slot=working)
 
     @rule(num_tokens=st.integers(0, 24), mamba_slots=st.integers(0, 4))
     def evict(self, num_tokens: int, mamba_slots: int) -> None:
-        self.do_evict(num_tokens, mamba_slots)
+        self.do_evict(num_tokens, mamba_slots=mamba_slots)
 
     # ---- bad calls -----------------------------------------------------------------------
 

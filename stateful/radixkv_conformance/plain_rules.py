@@ -6,20 +6,22 @@ from typing import Any, ClassVar
 
 from hypothesis import reject
 from hypothesis import strategies as st
-from hypothesis.stateful import (
-    invariant,
-    precondition,
-    rule,
-)
+from hypothesis.stateful import invariant, precondition, rule
 from radixkv_spec.model import PrefixCacheModel, cached_len
 from radixkv_spec.tokens import page_align
 
-from radixkv_conformance.machines import ConformanceMachine, NodeRef
-from radixkv_conformance.protocol import (
-    Namespace,
-    as_inserted,
-    token_places,
+from radixkv_conformance.machines import (
+    ConformanceMachine,
+    Frees,
+    Key,
+    Keywords,
+    NodeRef,
+    PrefixMatch,
+    SpecInsert,
+    SpecMatch,
+    Step,
 )
+from radixkv_conformance.protocol import Evicted, Namespace, as_inserted, token_places
 from radixkv_conformance.strategies import EVICT_AMOUNTS
 
 
@@ -35,56 +37,25 @@ class PlainRules(ConformanceMachine):
 
     # ---- steps ---------------------------------------------------------------------------
 
-    def expected_match(self, namespace: Namespace, tokens: tuple[int, ...]) -> tuple[int, ...]:
+    def spec_match(self, namespace: Namespace, tokens: tuple[int, ...]) -> SpecMatch:
         """A cache that stores nothing matches nothing; lookups refresh as the profile says."""
         if not self.profile.stores:
-            return ()
-        return tuple(self.model.match(namespace, tokens, "match" in self.profile.refresh_on))
+            return PrefixMatch(())
+        refresh = "match" in self.profile.refresh_on
+        return PrefixMatch(tuple(self.model.match(namespace, tokens, refresh)))
 
-    def do_insert(
-        self,
-        tokens: tuple[int, ...],
-        namespace: Namespace,
-        indices: tuple[int, ...],
-        priority: int | None = None,
-    ) -> NodeRef:
-        """Insert with the caller's ``indices``; the caller frees what the cache does not adopt.
-
-        Indices the caller passes for an already cached prefix that differ from the cached
-        ones are its duplicates: freed by the caller, or by the cache when the profile says
-        so. Indices past the aligned key are the caller's unaligned tail. ``priority`` (an
-        adapter with capability ``priority``) is the insert's eviction priority.
-        """
-        if self.profile.allocation == "cache":
-            return self.do_owned_insert(tokens, namespace, priority)
-        step = self.log("insert", tokens=list(tokens), namespace=namespace, indices=list(indices))
-        options = {} if priority is None else {"priority": priority}
-        step.update(options)
-        with self.checking("insert"):
-            self.hand_out(indices)
-            profile, p = self.profile, self.page_size
-            key = tokens[: page_align(len(tokens), p)]
-            held = ()
-            if profile.stores:
-                table = self.model.table(namespace)
-                held = self.model.indices_of(namespace, key[: cached_len(table, key, p)])
-            seen = len(self.events)
-            got = as_inserted(self.sut.insert(tokens, namespace, indices, **options))
-            self.scribble_caller_buffers()
-            stores = profile.stores
-            expected = self.model.insert(namespace, tokens, indices, **options) if stores else 0
-            step["expect"] = {"prefix_len": expected}
-            if profile.duplicates != "kept" or got.prefix_len is not None:
-                self.require(
-                    got.prefix_len == expected,
-                    f"INV-12: prefix_len {got.prefix_len}, spec says {expected}",
-                )
-            self.settle_duplicates(indices[:expected], held, seen)
-            adopted_end = len(key) if profile.stores else 0
-            self.release("free", indices[adopted_end:], by="caller")
-            self.keys_seen.append(tokens)
-            self.count("insert")
-            return self.ref(got.handle, namespace, key if profile.stores else ())
+    def spec_insert(self, ns: Namespace, tokens: Key, indices: Key, kw: Keywords) -> SpecInsert:
+        """The model keeps the indices it holds for the cached prefix; a cache that stores
+        nothing adopts nothing (the caller frees every index)."""
+        if not self.profile.stores:
+            return SpecInsert(0, (), end=0, tail=0)
+        key = tokens[: page_align(len(tokens), self.page_size)]
+        held = self.model.indices_of(
+            ns, key[: cached_len(self.model.table(ns), key, self.page_size)]
+        )
+        prefix_len = self.model.insert(ns, tokens, indices, **kw)
+        duplicates = tuple(i for i, h in zip(indices[:prefix_len], held, strict=True) if i != h)
+        return SpecInsert(prefix_len, duplicates, end=len(key), tail=len(key))
 
     def do_owned_insert(
         self, tokens: tuple[int, ...], namespace: Namespace, priority: int | None
@@ -141,28 +112,28 @@ class PlainRules(ConformanceMachine):
                 if prefix and self.model.handle_count(namespace, prefix):
                     self.model.unlock(namespace, prefix)
 
-    def do_evict(self, num_tokens: int) -> None:
-        step = self.log("evict", num_tokens=num_tokens)
-        with self.checking("evict"):
-            seen = len(self.events)
-            reported = self.call_evict(step).full
-            groups = [g for kind, g in self.events[seen:] if kind == "free"]
-            step["observed"] = {"freed": [list(g) for g in groups]}
-            if self.profile.eviction_report == "flat":
-                groups = self.regroup([i for g in groups for i in g])
-            self.model.apply_eviction(num_tokens, groups, self.waive)
-            freed = sum(len(g) for g in groups)
-            # Each its own finding: a miscount must not hide a wrong victim, nor the reverse.
-            with self.checking("evict: reported counts"):
-                self.require(reported == freed, f"INV-11: evict reported {reported}, freed {freed}")
-            eviction = self.profile.eviction
-            with self.checking("evict: amount freed"):
-                self.require(
-                    eviction.admissible(freed, num_tokens, self.page_size),
-                    f"INV-11: {eviction.name} eviction freed {freed} for a target of {num_tokens}",
-                )
-            self.count("evict")
-            self.session.stats["evicted tokens"] += freed
+    def apply_frees(self, step: Step, frees: Frees, before: Any) -> Evicted:
+        """One group of indices per deleted node, in deletion order (regrouped when the
+        cache reports one flat list); then whether it freed as much as the profile asks."""
+        num_tokens = step["num_tokens"]
+        groups = [g for kind, g in frees if kind == "free"]
+        step["observed"] = {"freed": [list(g) for g in groups]}
+        if self.profile.eviction_report == "flat":
+            groups = self.regroup([i for g in groups for i in g])
+        self.model.apply_eviction(num_tokens, groups, self.waive)
+        freed = sum(len(g) for g in groups)
+        eviction = self.profile.eviction
+        with self.checking("evict: amount freed"):
+            self.require(
+                eviction.admissible(freed, num_tokens, self.page_size),
+                f"INV-11: {eviction.name} eviction freed {freed} for a target of {num_tokens}",
+            )
+        return Evicted(freed)
+
+    def check_reported_counts(self, got: Evicted, freed: Evicted) -> None:
+        self.require(
+            got.full == freed.full, f"INV-11: evict reported {got.full}, freed {freed.full}"
+        )
 
     def regroup(self, flat: list[int]) -> list[tuple[int, ...]]:
         """A flat eviction report (profile ``eviction_report="flat"``) as one group per page,
@@ -194,7 +165,7 @@ class PlainRules(ConformanceMachine):
         namespace = self.draw_namespace(data)
         tokens = self.draw_tokens(data)
         indices = self.caller_indices(len(tokens))
-        return self.do_insert(tokens, namespace, indices, self.draw_priority(data))
+        return self.do_insert(tokens, namespace, indices, **self.draw_priority(data))
 
     @rule(target=ConformanceMachine.nodes, data=st.data())
     def extend_request(self, data: st.DataObject) -> NodeRef:
@@ -207,35 +178,22 @@ class PlainRules(ConformanceMachine):
         if self.profile.allocation == "cache":
             value = ()
         self.count("extend_request")
-        return self.do_insert(tokens, namespace, value, self.draw_priority(data))
+        return self.do_insert(tokens, namespace, value, **self.draw_priority(data))
+
+    @rule(num_tokens=EVICT_AMOUNTS)
+    def evict(self, num_tokens: int) -> None:
+        self.do_evict(num_tokens)
 
     def caller_indices(self, n: int) -> tuple[int, ...]:
         """Fresh indices for an insert, or none where the cache allocates its own."""
         return self.allocate(n) if self.profile.allocation == "caller" else ()
 
-    def draw_priority(self, data: st.DataObject) -> int | None:
+    def draw_priority(self, data: st.DataObject) -> dict[str, int]:
         """An insert's eviction priority (capability ``priority``), else none passed."""
         if not self.has("priority"):
-            return None
+            return {}
         self.count("insert with a priority")
-        return data.draw(st.integers(-1, 2), label="priority")
-
-    @precondition(lambda self: self.session.profile.match_may_split)
-    @rule(target=ConformanceMachine.nodes, data=st.data())
-    def match(self, data: st.DataObject) -> NodeRef:
-        """A match whose handle ends exactly at the match: usable for locking."""
-        return self.do_match(self.draw_tokens(data), self.draw_namespace(data))
-
-    @precondition(lambda self: not self.session.profile.match_may_split)
-    @rule(data=st.data())
-    def match_only(self, data: st.DataObject) -> None:
-        """A match whose handle may end below the match: never locked."""
-        self.do_match(self.draw_tokens(data), self.draw_namespace(data))
-        self.count("match without a handle")
-
-    @rule(num_tokens=EVICT_AMOUNTS)
-    def evict(self, num_tokens: int) -> None:
-        self.do_evict(num_tokens)
+        return {"priority": data.draw(st.integers(-1, 2), label="priority")}
 
     # ---- invariants ----------------------------------------------------------------------
 

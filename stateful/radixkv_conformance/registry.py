@@ -105,5 +105,7 @@ def machine_for(
             f"the {rules.mode} rule set's model refreshes recency on every match; profile "
             f"{profile.name!r} does not (refresh_on={sorted(profile.refresh_on)})"
         )
+    if rules.mode != "plain" and profile.allocation == "cache":
+        raise AdapterError(f"the {rules.mode} rule set has no rules for allocation='cache'")
     session = Session(factory, profile, claims, known, progress=progress, name=name)
     return type(name, (rules,), {"session": session})

@@ -93,39 +93,30 @@ def _run_step(
     locks: dict[int, LockRef],
 ) -> None:
     op, sid = step["op"], step["id"]
-    rules: Any = m  # each mode's rule set has its own do_match / do_insert / do_evict
     if "bad" in step:
         m.do_bad_call(step["bad"], step)
         return
-    keywords = {k: step[k] for k in _MODE_FIELDS.get((m.mode, op), ()) if k in step}
+    names = (*m.insert_keywords, "priority", *m.evict_keywords)  # the mode's keywords of a call
+    keywords = {k: step[k] for k in names if k in step}
     if op == "match":
         nodes[sid] = m.do_match(tuple(step["tokens"]), step["namespace"])
     elif op == "insert":
         tokens, ns, indices = tuple(step["tokens"]), step["namespace"], tuple(step["indices"])
-        nodes[sid] = rules.do_insert(tokens, ns, indices, **keywords)
+        nodes[sid] = m.do_insert(tokens, ns, indices, **keywords)
     elif op == "lock":
         locks[sid] = m.do_lock(nodes[step["node"]])
     elif op == "unlock":
         _unlock(m, step, nodes, locks)
     elif op == "page_hashes":
-        rules.do_page_hashes(nodes[step["node"]])
+        m.do_page_hashes(nodes[step["node"]])
     elif op == "evict":
-        rules.do_evict(step["num_tokens"], **keywords)
+        m.do_evict(step["num_tokens"], **keywords)
     elif op == "reset":
         m.do_reset()
     elif op == "free_slot":
-        rules.do_free_slot(step["slot"])
+        m.do_free_slot(step["slot"])
     else:
         raise ValueError(f"unknown trace op {op!r}")
-
-
-_MODE_FIELDS = {
-    ("plain", "insert"): ("priority",),
-    ("swa", "insert"): ("prev_prefix_len", "swa_evicted_seqlen"),
-    ("swa", "evict"): ("swa_num_tokens",),
-    ("mamba", "insert"): ("state_slot",),
-    ("mamba", "evict"): ("mamba_slots",),
-}
 
 
 def _unlock(

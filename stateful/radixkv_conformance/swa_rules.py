@@ -18,8 +18,17 @@ from hypothesis.stateful import invariant, precondition, rule
 from radixkv_spec.swa import FreeEvent, Position, SlidingWindowModel
 from radixkv_spec.tokens import page_align
 
-from radixkv_conformance.machines import BAD_CALLS, ConformanceMachine, NodeRef, Step
-from radixkv_conformance.protocol import Evicted, Namespace, as_evicted, as_inserted
+from radixkv_conformance.machines import (
+    BAD_CALLS,
+    ConformanceMachine,
+    Frees,
+    Key,
+    Keywords,
+    NodeRef,
+    SpecInsert,
+    Step,
+)
+from radixkv_conformance.protocol import Evicted, Indices, Inserted, Namespace
 from radixkv_conformance.strategies import up_to
 
 
@@ -29,6 +38,12 @@ class SwaRules(ConformanceMachine):
     mode: ClassVar[str] = "swa"
     checks = ConformanceMachine.checks | {"swa"}
     match_invariant = "INV-23"
+    insert_keywords: ClassVar[dict[str, Any]] = {"prev_prefix_len": 0, "swa_evicted_seqlen": 0}
+    evict_keywords = ("swa_num_tokens",)
+    duplicate_messages = (
+        "INV-24: insert freed {freed}, spec says {expected}",
+        "INV-7: insert freed {freed}; the caller frees them",
+    )
     bad_calls: ClassVar[dict[str, tuple[str, tuple[str, ...]]]] = {
         **BAD_CALLS,
         "evict a negative swa_num_tokens": ("_negative_swa_evict", ("bad_input",)),
@@ -65,102 +80,56 @@ class SwaRules(ConformanceMachine):
             return "lock of a tombstone"
         return None
 
-    def call_insert(self, step: Step) -> Any:
-        tokens, ns, indices = tuple(step["tokens"]), step["namespace"], tuple(step["indices"])
-        prev, evicted = step.get("prev_prefix_len", 0), step.get("swa_evicted_seqlen", 0)
-        return self.sut.insert(
-            tokens, ns, indices, prev_prefix_len=prev, swa_evicted_seqlen=evicted
-        )
-
-    def call_evict(self, step: Step) -> Evicted:
-        swa = step.get("swa_num_tokens", 0)
-        return as_evicted(self.sut.evict(step["num_tokens"], swa_num_tokens=swa))
-
     def reset_model(self) -> tuple[list[int], list[int]]:
         full, _ = self.model.reset()
         return full, []
 
-    def insert_call(self, tokens: list[Any], ns: Any, indices: list[int]) -> Step:
-        step = super().insert_call(tokens, ns, indices)
-        return {**step, "prev_prefix_len": 0, "swa_evicted_seqlen": 0}
+    # ---- steps: the sliding window's part ------------------------------------------------
 
-    # ---- steps ---------------------------------------------------------------------------
+    def before_insert(self, indices: Indices, keywords: Keywords) -> None:
+        """The request freed the SWA KV of its tokens out of the window, past what it
+        matched (``indices[prev_prefix_len:swa_evicted_seqlen]``), before it inserts."""
+        gone = indices[keywords["prev_prefix_len"] : keywords["swa_evicted_seqlen"]]
+        self.release("free_swa", gone, by="caller")
 
-    def do_insert(
-        self,
-        tokens: tuple[int, ...],
-        namespace: Namespace,
-        indices: tuple[int, ...],
-        prev_prefix_len: int = 0,
-        swa_evicted_seqlen: int = 0,
-    ) -> NodeRef:
-        """A request that freed its old SWA KV inserts; the cache owns ``indices[prev:]``."""
-        step = self.log(
-            "insert",
-            tokens=list(tokens),
-            namespace=namespace,
-            indices=list(indices),
-            prev_prefix_len=prev_prefix_len,
-            swa_evicted_seqlen=swa_evicted_seqlen,
+    def spec_insert(self, ns: Namespace, tokens: Key, indices: Key, kw: Keywords) -> SpecInsert:
+        """The cache owns ``indices[prev_prefix_len:]``: each is adopted or a duplicate."""
+        prev, evicted = kw["prev_prefix_len"], kw["swa_evicted_seqlen"]
+        prefix_len, freed, end = self.model.insert(ns, tokens, indices, prev, evicted)
+        aligned = page_align(len(tokens), self.page_size)
+        return SpecInsert(prefix_len, tuple(freed), end=end, tail=aligned)
+
+    def check_insert_extras(self, got: Inserted, spec: SpecInsert, seen: int) -> None:
+        """An insert frees no SWA KV: the caller freed what left the window."""
+        self.require(not self.frees_since(seen, "free_swa"), "INV-24: insert freed SWA KV")
+
+    def before_eviction(self) -> set[Position]:
+        """The pages the cache holds SWA-locked: at least every lock's window (INV-21)."""
+        locked = set(self.sut.swa_locked_pages())
+        self.require(
+            self.model.minimum_windows() <= locked, "INV-21: a lock's window is not SWA-locked"
         )
-        with self.checking("insert"):
-            self.hand_out(indices)
-            own_swa_gone = indices[prev_prefix_len:swa_evicted_seqlen]
-            self.release("free_swa", own_swa_gone, by="caller")
-            seen = len(self.events)
-            got = as_inserted(self.call_insert(step))
-            self.scribble_caller_buffers()
-            expected, freed, end = self.model.insert(
-                namespace, tokens, indices, prev_prefix_len, swa_evicted_seqlen
-            )
-            step["expect"] = {"prefix_len": expected}
-            self.require(
-                got.prefix_len == expected,
-                f"INV-12: prefix_len {got.prefix_len}, spec says {expected}",
-            )
-            by_cache = self.frees_since(seen)
-            self.require(not self.frees_since(seen, "free_swa"), "INV-24: insert freed SWA KV")
-            if self.profile.duplicates == "cache":
-                self.require(
-                    sorted(by_cache) == sorted(freed),
-                    f"INV-24: insert freed {sorted(by_cache)}, spec says {sorted(freed)}",
-                )
-            else:
-                self.require(not by_cache, f"INV-7: insert freed {by_cache}; the caller frees them")
-                self.release("free", freed, by="caller")
-            aligned = page_align(len(tokens), self.page_size)
-            self.release("free", indices[aligned:], by="caller")
-            self.keys_seen.append(tokens)
-            self.count("insert")
-            return self.ref(got.handle, namespace, tokens[:end])
+        return locked
 
-    def do_evict(self, num_tokens: int, swa_num_tokens: int = 0) -> None:
-        step = self.log("evict", num_tokens=num_tokens, swa_num_tokens=swa_num_tokens)
-        with self.checking("evict"):
-            locked = set(self.sut.swa_locked_pages())
-            self.require(
-                self.model.minimum_windows() <= locked, "INV-21: a lock's window is not SWA-locked"
+    def apply_frees(self, step: Step, frees: Frees, before: Any) -> Evicted:
+        """Each free, in order, was admissible (``evict: victims``), and the eviction
+        stopped where the spec says; the handles of deleted nodes go stale."""
+        num_tokens, swa_num_tokens = step["num_tokens"], step["swa_num_tokens"]
+        events: list[FreeEvent] = [(k, g) for k, g in frees if k != "slot"]
+        step["observed"] = {"events": [[k, list(g)] for k, g in events]}
+        with self.checking("evict: victims"):
+            outcome = self.model.apply_free_events(
+                num_tokens, swa_num_tokens, events, before, self.waive
             )
-            seen = len(self.events)
-            got = self.call_evict(step)
-            events: list[FreeEvent] = [(k, g) for k, g in self.events[seen:] if k != "slot"]
-            step["observed"] = {"events": [[k, list(g)] for k, g in events]}
-            with self.checking("evict: victims"):  # each free, in order, was admissible
-                outcome = self.model.apply_free_events(
-                    num_tokens, swa_num_tokens, events, locked, self.waive
-                )
-            self.check_where_eviction_stopped(num_tokens, swa_num_tokens, outcome, locked)
-            counts = (outcome.full_evicted, outcome.swa_evicted)
-            self.check = "evict: reported counts"
-            self.require(
-                (got.full, got.swa) == counts, f"INV-11: evict reported {got}, spec {counts}"
-            )
-            self.check = "evict"
-            self.epoch += 1
-            for position in outcome.deleted:
-                self.deleted_at[position] = self.epoch
-            self.count("evict")
-            self.session.stats["evicted tokens"] += outcome.full_evicted
+        self.check_where_eviction_stopped(num_tokens, swa_num_tokens, outcome, before)
+        self.epoch += 1
+        for position in outcome.deleted:
+            self.deleted_at[position] = self.epoch
+        return Evicted(outcome.full_evicted, outcome.swa_evicted)
+
+    def check_reported_counts(self, got: Evicted, freed: Evicted) -> None:
+        counts = (freed.full, freed.swa)
+        self.require((got.full, got.swa) == counts, f"INV-11: evict reported {got}, spec {counts}")
 
     def check_where_eviction_stopped(
         self, num_tokens: int, swa_num_tokens: int, outcome: Any, locked: set[Position]
@@ -195,20 +164,18 @@ class SwaRules(ConformanceMachine):
         evicted = max(pages * p, len(matched))
         if evicted:
             self.count("insert with prev_prefix_len or swa_evicted_seqlen")
-        return self.do_insert(tokens, ns, value, len(matched), evicted)
-
-    @rule(target=ConformanceMachine.nodes, data=st.data())
-    def match(self, data: st.DataObject) -> NodeRef:
-        return self.do_match(self.draw_tokens(data), self.draw_namespace(data))
+        return self.do_insert(
+            tokens, ns, value, prev_prefix_len=len(matched), swa_evicted_seqlen=evicted
+        )
 
     @rule(swa_num_tokens=st.integers(1, 8))
     def free_sliding_window_kv(self, swa_num_tokens: int) -> None:
         """Phase 2 alone: tombstones appear under and above locked nodes, often."""
-        self.do_evict(0, swa_num_tokens)
+        self.do_evict(0, swa_num_tokens=swa_num_tokens)
 
     @rule(num_tokens=st.integers(0, 24), swa_num_tokens=st.integers(0, 24))
     def evict(self, num_tokens: int, swa_num_tokens: int) -> None:
-        self.do_evict(num_tokens, swa_num_tokens)
+        self.do_evict(num_tokens, swa_num_tokens=swa_num_tokens)
 
     # ---- bad calls -----------------------------------------------------------------------
 
