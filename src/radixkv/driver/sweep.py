@@ -1,6 +1,8 @@
 """Sweeps of one trace and their plots: hit rate per eviction policy against pool size
-(``--policy-plot``), and hit rate against pool size with requests/s against prompt length
-(``--plot``). A PNG with matplotlib, else the same data as CSV."""
+(``--policy-plot``), and several caches on the same axes — hit rate against pool size,
+requests/s against prompt length, the first cache's speed ratio to each other one
+(``--plot``). A PNG with matplotlib, else the same data as CSV. Every measured point is
+printed on stdout."""
 
 from __future__ import annotations
 
