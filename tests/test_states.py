@@ -4,16 +4,25 @@ from __future__ import annotations
 
 import functools
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from radixkv_conformance.adapters import planted
-from radixkv_conformance.adapters.radixkv import radix_cache
+from radixkv_conformance.adapters.radixkv import (
+    PROFILES,
+    RadixCacheAdapter,
+    mamba,
+    radix_cache,
+    sliding_window,
+)
 from radixkv_conformance.cli import main
 from radixkv_conformance.exhaustive import explore, own_targets, target
 from radixkv_conformance.profile import RADIXKV
+from radixkv_conformance.protocol import Host
 from radixkv_conformance.replay import replay
-from radixkv_conformance.states import Bounds, explore_states, parse_bounds
+from radixkv_conformance.states import Bounds, explore_states, own_bounds, parse_bounds
+
+from tests.helpers import RecordingHost
 
 pytestmark = pytest.mark.search  # kit explorations: run once, not again on the pure key path
 
@@ -21,8 +30,16 @@ TINY = parse_bounds("tokens=1,length=1,locks=1")
 LOCKED = functools.partial(planted.factory, bugs="locked")
 
 
-def _machine(factory: Any, name: str = "States") -> Any:
-    return target(name, factory, RADIXKV).machine()
+TREES = ("RadixCache", "RadixCache (SWA)", "MambaRadixCache")
+
+
+def _machine(factory: Any, name: str = "States", profile: Any = RADIXKV) -> Any:
+    return target(name, factory, profile).machine()
+
+
+def _adapter() -> RadixCacheAdapter:
+    """radixkv's RadixCache with a host that records what it frees (and takes no slots)."""
+    return radix_cache(1, cast(Host, RecordingHost()))
 
 
 def test_bounds_parse_and_print() -> None:
@@ -33,17 +50,62 @@ def test_bounds_parse_and_print() -> None:
         parse_bounds("colour=3")
 
 
-@pytest.mark.parametrize("factory", [radix_cache, LOCKED], ids=["radixkv", "planted-locked"])
-def test_merging_is_sound(factory: Any) -> None:
+SOUNDNESS = {  # factory, depth: each canonical form against exploring every state
+    "radixkv": (radix_cache, 3),  # canonical_state: nodes by place, ids and stamps ranked
+    "radixkv-swa": (sliding_window, 2),  # ... and SWA's lock records (depth 3: 70 s)
+    "radixkv-mamba": (mamba, 3),  # ... and the mamba LRU list
+    "planted-locked": (LOCKED, 3),  # no hook: snapshot, contents and sizes, renamed
+}
+
+
+@pytest.mark.parametrize("name", list(SOUNDNESS))
+def test_merging_is_sound(name: str) -> None:
     """Merged and unmerged exploration to the same depth reach the same outcomes (spec
-    state, the cache's contents and sizes) and the same findings: whatever a merged-away
-    state would have led to, its representative leads to as well."""
-    bounds = Bounds(tokens=1, length=1, locks=1, depth=3)
-    merged = explore_states(_machine(factory), bounds)
-    every = explore_states(_machine(factory), bounds, merge=False)
+    state with ticks ranked, the cache's canonical picture) and the same findings: whatever
+    a merged-away state would have led to, its representative leads to as well."""
+    factory, depth = SOUNDNESS[name]
+    profile = PROFILES.get(getattr(factory, "__name__", ""), RADIXKV)
+    bounds = Bounds(tokens=1, length=1, locks=1, depth=depth)
+    merged = explore_states(_machine(factory, profile=profile), bounds)
+    every = explore_states(_machine(factory, profile=profile), bounds, merge=False)
     assert merged.outcomes == every.outcomes
     assert merged.findings.keys() == every.findings.keys()
-    assert merged.states < every.states  # merging did merge something
+    assert merged.states < every.states / 2  # merging did merge, and much
+
+
+def test_the_tree_caches_reach_their_fixpoint_at_ci_bounds() -> None:
+    """With ``canonical_state`` the caches' own ids and stamps no longer keep equivalent
+    states apart: every state the CI bounds admit is reached (without it, none of the
+    three reached a fixpoint within two minutes)."""
+    for tree in [t for t in own_targets() if t.label in TREES]:
+        report = explore_states(tree.machine(), own_bounds("ci", tree.label))
+        assert report.fixpoint and report.passed, report.render()
+        assert report.bounds.endswith("depth=none")
+
+
+def test_canonical_state_names_every_handle() -> None:
+    """The hook names each handle it is given by the node it leads to, the same node by
+    the same name whichever object the cache returned for it."""
+    adapter = _adapter()
+    first = adapter.insert((0, 1), None, (1024, 1025)).handle
+    again = adapter.match((0, 1), None).handle
+    upper = adapter.match((0,), None).handle  # splits: a new node above ``first``
+    picture, names = adapter.canonical_state([first, again, upper, None])
+    assert names[0] == names[1] != names[2]
+    assert names[3] == ("value", None)
+    other_order = _adapter()
+    other_order.insert((0, 1), None, (1024, 1025))
+    other_order.match((0,), None)
+    other_order.match((0, 1), None)  # the same tree, the lower node as recent as the upper
+    assert other_order.canonical_state([])[0] != picture
+    later = _adapter()
+    later.insert((1,), None, (2000,))
+    later.evict(1 << 20)  # a node id, stamps and an index spent before the same three steps
+    later.insert((0, 1), None, (1024, 1025))
+    later.match((0, 1), None)
+    later.match((0,), None)
+    assert later.canonical_state([])[0] == picture  # other ids and stamps, the same ranks
+    assert later.snapshot() != adapter.snapshot()
 
 
 def test_a_planted_bug_is_found_with_a_shortest_replayable_trace() -> None:
