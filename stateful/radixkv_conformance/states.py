@@ -457,10 +457,10 @@ class _Breadth(_Explorer):
         starts = len(self.driver.initializers)
         for at, (rule, picks) in enumerate(state.path):
             if at == starts:
-                _offset(new)
+                _offset(new.machine)
             self.driver.call(new, rule, picks)
         if len(state.path) == starts:
-            _offset(new)
+            _offset(new.machine)
         new.variant = state.variant
         return new
 
