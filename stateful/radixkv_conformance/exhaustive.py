@@ -418,6 +418,9 @@ class _Driver:
         own = {k: v for k, v in vars(old).items() if k not in self.hypothesis_owned}
         memo: dict[int, Any] = {id(old): new}
         memo.update({id(v): v for k, v in vars(old).items() if k in self.hypothesis_owned})
+        memo.update({id(v): v for k, v in vars(old).items() if k in SHARED})
+        # a trace entry is written during its own step only: the copy's list shares them
+        memo.update({id(step): step for step in vars(old).get("trace", ())})
         with _bound_builtins_follow_their_owner():
             own, bundles = copy.deepcopy((own, state.bundles), memo)
         vars(new).update({k: v for k, v in vars(old).items() if k in self.hypothesis_owned})
@@ -646,6 +649,9 @@ class _Explorer:
 
 
 _UNSET = object()
+SHARED = frozenset({"profile", "caps"})
+"""Machine attributes no step changes (the run's profile, the adapter's capabilities): a
+copy shares them instead of copying them."""
 HISTORY = frozenset({"trace", "check"})
 """Machine attributes that only record what ran (the kit's trace, the current check's name):
 they differ after every step and change no future, so the no-op test ignores them."""
