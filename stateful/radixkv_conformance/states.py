@@ -19,7 +19,6 @@ engine whose state a deepcopy refuses has each state rebuilt by replaying its sh
 from __future__ import annotations
 
 import dataclasses
-import math
 import re
 import time
 from collections import Counter
@@ -201,13 +200,12 @@ def canonical(state: _State, hypothesis_owned: frozenset[str], low: int = LOW) -
         _model(m.model),
         sut,
     )
-    live = set(_numbers(raw))
+    live = _numbers(raw)
     ledger = tuple(
         (name, tuple(sorted(set(getattr(m, name, ())) & live))) for name in sorted(LEDGER)
     )
-    raw = (*raw, ledger)
-    ranks = {n: low + r for r, n in enumerate(sorted({n for n in _numbers(raw) if n >= low}))}
-    return _renamed(raw, ranks)
+    ranks = {n: low + r for r, n in enumerate(sorted(n for n in live if n >= low))}
+    return _renamed((*raw, ledger), ranks)  # the ledger holds no number ``raw`` lacks
 
 
 Names = dict[int, Hashable]
@@ -368,25 +366,26 @@ def _plain(value: Any, depth: int = 0) -> Hashable:
     return (type(value).__name__, _plain(fields, d))
 
 
-def _numbers(value: Any) -> Iterator[float]:
-    if isinstance(value, bool):
-        return
-    if isinstance(value, (int, float)):
-        if not (isinstance(value, float) and math.isnan(value)):
-            yield value
-    elif isinstance(value, tuple):
-        for item in value:
-            yield from _numbers(item)
+def _numbers(value: Any) -> set[float]:
+    """Every number in nested tuples (NaN and bools are no numbers here); a loop, not a
+    recursion: it runs on every state reached."""
+    found: set[float] = set()
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, tuple):
+            stack.extend(item)
+        elif isinstance(item, (int, float)) and not isinstance(item, bool) and item == item:
+            found.add(item)
+    return found
 
 
 def _renamed(value: Any, ranks: dict[float, int]) -> Hashable:
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, (int, float)):
-        return ranks.get(value, value)
     if isinstance(value, tuple):
         return tuple(_renamed(item, ranks) for item in value)
-    return value  # type: ignore[no-any-return]  # any other leaf is returned as it came
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return value  # any other leaf is returned as it came
+    return ranks.get(value, value)
 
 
 # ---- the exploration --------------------------------------------------------------------------
