@@ -14,6 +14,11 @@ without a model of their own (namespaces, hashing, reset, bad input, unlock chec
 handles, node events, caller buffers) switch rules on through preconditions. Engine
 differences come from the ``Profile``; nothing here is specific to one engine.
 
+The steps are written once, here; a mode gives data and spec policy only: the keywords its
+calls take (``insert_keywords``, ``evict_keywords``), what its spec model says a step does
+(``spec_match``, ``spec_insert``, ``apply_frees``) and its own checks of a step's result
+(``check_match_extras``, ``check_insert_extras``, ``check_reported_counts``).
+
 Each rule is a thin Hypothesis layer over a ``do_*`` method of plain values, and every
 ``do_*`` call is one step of the trace (FORMAT.md) that ``radixkv_conformance.trace``
 writes and replays. A violation is raised as the ``Finding`` subclass of its id, carrying

@@ -130,11 +130,11 @@ PROFILE = Profile(
 
 
 class _FullOnly:
-    def __init__(self, host: Host) -> None:
-        self.host = host
+    def __init__(self, allocator: HostSwaAllocator) -> None:
+        self.allocator = allocator
 
     def free_segment(self, indices: torch.Tensor, start_pos: int = 0) -> None:
-        self.host.free(tuple(int(i) for i in indices[start_pos:].tolist()))
+        self.allocator.free_full_segment(indices, start_pos)
 
 
 class HostSwaAllocator(swa_alloc.SWATokenToKVPoolAllocator):  # type: ignore[misc,name-defined]  # sglang's class
@@ -143,22 +143,43 @@ class HostSwaAllocator(swa_alloc.SWATokenToKVPoolAllocator):  # type: ignore[mis
     def __init__(self, host: Host, page_size: int) -> None:  # sglang's __init__ builds pools
         self.host, self.page_size, self.device = host, page_size, "cpu"
         self.swa_of: dict[int, int] = {}  # full index -> the SWA slot it holds, if moved
+        # sglang's components free a node's full half and its SWA half one right after the
+        # other (either first); the kit's ``free`` is the pair. So a half is held back a
+        # moment: the other half of the same indices next makes it a ``free``; anything
+        # else first (or the end of the call) sends it alone.
+        self.half: tuple[str, tuple[int, ...]] | None = None
 
     def _out(self, indices: torch.Tensor, start_pos: int) -> tuple[int, ...]:
         return tuple(int(i) for i in indices[start_pos:].tolist())
 
     def free_segment(self, indices: torch.Tensor, start_pos: int = 0) -> None:
+        self.flush()
         self.host.free(self._out(indices, start_pos))
 
     def free_full_segment(self, indices: torch.Tensor, start_pos: int = 0) -> None:
-        self.host.free(self._out(indices, start_pos))
+        self._half("full", self._out(indices, start_pos))
+
+    def _half(self, kind: str, indices: tuple[int, ...]) -> None:
+        if self.half is not None and self.half[1] == indices and self.half[0] != kind:
+            self.half = None
+            self.host.free(indices)  # both halves of the same indices: the pair
+            return
+        self.flush()
+        self.half = (kind, indices)
+
+    def flush(self) -> None:
+        """Send a held-back half alone: a full half (its SWA half went earlier) is the
+        rest of the pair, ``free``; an SWA half is ``free_swa``."""
+        held, self.half = self.half, None
+        if held is not None and held[1]:
+            (self.host.free if held[0] == "full" else self.host.free_swa)(held[1])
 
     @property
     def full_attn_allocator(self) -> Any:  # the FULL component frees full-only KV through it
-        return _FullOnly(self.host)
+        return _FullOnly(self)
 
     def free_swa_segment(self, indices: torch.Tensor, start_pos: int = 0) -> None:
-        self.host.free_swa(tuple(self.swa_of.get(i, i) for i in self._out(indices, start_pos)))
+        self._half("swa", tuple(self.swa_of.get(i, i) for i in self._out(indices, start_pos)))
 
     def translate_swa_indices_for_transfer(self, full: torch.Tensor) -> torch.Tensor:
         return torch.tensor(
@@ -234,6 +255,7 @@ class SglangSwaAdapter:
         )
         params.set_evicted_seqlen(SWA, swa_evicted_seqlen)
         result = self.cache.insert(params)
+        self.allocator.flush()
         node = result.last_device_node
         p = self.page_size
         for at, index in enumerate(self._path(node)):
@@ -249,10 +271,12 @@ class SglangSwaAdapter:
     def evict(self, num_tokens: int, *, swa_num_tokens: int = 0) -> Evicted:
         params = base.EvictParams(num_tokens=num_tokens, swa_num_tokens=swa_num_tokens)
         got = self.cache.evict(params)
+        self.allocator.flush()
         return Evicted(int(got.num_tokens_evicted), int(got.swa_num_tokens_evicted))
 
     def reset(self) -> None:
         self.cache.reset()
+        self.allocator.flush()
 
     def sizes(self) -> Sizes:
         c = self.cache
