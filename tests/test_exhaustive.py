@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
+from dataclasses import replace
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -34,8 +35,10 @@ from radixkv_conformance.profile import RADIXKV, RADIXKV_MAMBA, RADIXKV_SWA, Pro
 from radixkv_conformance.protocol import Evicted, Host, Inserted, Matched
 from radixkv_conformance.registry import machine_for
 from radixkv_conformance.replay import replay
+from radixkv_conformance.states import explore_states, parse_bounds
 from radixkv_conformance.trace import load
 
+NARROW = parse_bounds("tokens=1,length=1,locks=1")  # SWA's and Mamba's CI state bounds
 PAGE_ONE = Alphabet("page 1", {**ALPHABET.domains, "page_size": Fixed((1,)), "window": Fixed((1,))})
 
 
@@ -344,3 +347,20 @@ def test_a_broken_alphabet_is_a_configuration_error_not_a_finding() -> None:
     wrong = Alphabet("wrong", {"n": Fixed(("x",)), "left": Fixed((0,)), "right": Fixed(("x",))})
     with pytest.raises(AlphabetError, match="push: the domain of 'n' failed"):
         explore(Stack, wrong, 1)
+
+
+def test_two_steps_over_the_wide_alphabet_find_what_narrow_state_bounds_cannot() -> None:
+    """Why ``--exhaustive 2`` stays next to ``--states``: its alphabet is wide (two
+    namespaces, page sizes 1 and 2, windows 1 and 2) where the state explorer's CI bounds
+    are narrow (one namespace, page size 1). Namespaces that share are two steps away, yet
+    no state of one namespace shows it; the same explorer given two namespaces finds it.
+    (Its other findings, extra_keys it accepts, need no second namespace.)"""
+
+    def sharing(report: Any) -> list[Any]:
+        return [f for f in report.findings.values() if f.invariant == "INV-10"]
+
+    assert sharing(explore(machine_for("Sequences", IgnoresNamespaces, RADIXKV), ALPHABET, 2))
+    narrow = explore_states(machine_for("Narrow", IgnoresNamespaces, RADIXKV), NARROW)
+    assert narrow.fixpoint and not sharing(narrow), narrow.render()
+    wide = replace(NARROW, namespaces=2, depth=2)
+    assert sharing(explore_states(machine_for("Wide", IgnoresNamespaces, RADIXKV), wide))

@@ -148,18 +148,18 @@ PRESETS = {
 """Named bounds; ``own_bounds`` picks the CI bounds of each of radixkv's caches."""
 OWN_BOUNDS = {  # radixkv's caches in CI (about two minutes in all on 2 cores): tox -e stateful
     "ci": {
-        "RadixCache": "tokens=1,length=1,locks=1",
+        "RadixCache": "tokens=2,length=1,locks=1",  # two leaves: the victim order is checked
         "RadixCache (SWA)": "tokens=1,length=1,locks=1",
         "MambaRadixCache": "tokens=1,length=1,locks=1",
         "ChunkCache": "tokens=2,length=1,locks=1",
-        "RadixTrie": "tokens=1,length=1,locks=1",
+        "RadixTrie": "tokens=2,length=1,locks=1",
     },
     "large": {  # by hand: tox -e states
-        "RadixCache": "tokens=1,length=1,locks=1,depth=6",
-        "RadixCache (SWA)": "tokens=1,length=1,locks=1,depth=6",
-        "MambaRadixCache": "tokens=1,length=1,locks=1,depth=6",
+        "RadixCache": "tokens=1,length=2,locks=1",  # keys of two tokens: splits
+        "RadixCache (SWA)": "tokens=2,length=1,locks=1",
+        "MambaRadixCache": "tokens=2,length=1,locks=1",
         "ChunkCache": "tokens=2,length=2,namespaces=2,locks=2",
-        "RadixTrie": "tokens=2,length=1,locks=1,depth=8",
+        "RadixTrie": "tokens=2,length=2,locks=1,depth=8",
     },
 }
 
@@ -426,6 +426,8 @@ class StatesReport:
             "checked, not expanded",
         ]
         lines += [f"    note: {note}" for note in self.notes]
+        if self.acknowledged:
+            lines.append(f"    {self.acknowledged} transitions hit acknowledged findings")
         for i, finding in enumerate(self.findings.values(), 1):
             lines.append(f"  finding {i} [{finding.id}] {finding.check}: {finding.message}")
             lines += [f"      {line}" for line in finding.lines()]
