@@ -22,6 +22,7 @@ from radixkv_conformance.cli import main
 from radixkv_conformance.profile import RADIXKV, RADIXKV_MAMBA, RADIXKV_SWA
 from radixkv_conformance.registry import machine_for
 from radixkv_conformance.replay import replay
+from radixkv_spec.swa import DeadInsert, SlidingWindowModel
 
 pytestmark = pytest.mark.search  # kit searches: run once, not again on the pure key path
 
@@ -184,3 +185,23 @@ def test_options_reach_the_factory_and_modules_load_from_the_current_folder(
     assert "INV-11:evict-locked-victim" in capsys.readouterr().out
     with pytest.raises(SystemExit):
         main(["check", target, "--option", "bugs"])  # not KEY=VALUE: a usage error
+
+
+@pytest.mark.parametrize("policy", ["dropped", "tombstoned"])
+def test_an_swa_insert_wholly_past_the_window_is_dropped_or_tombstoned(policy: DeadInsert) -> None:
+    """Profile ``swa_dead_insert``: new pages that all lie before ``swa_evicted_seqlen``
+    are dropped (their indices freed) or cached as tombstones (sglang); a tombstone leaf an
+    insert made is no eviction's fault, one an eviction leaves still is (INV-20)."""
+    model = SlidingWindowModel(1, 1, dead_insert=policy)
+    prefix_len, freed, end = model.insert(None, (0, 0), (0, 1), 0, 2)
+    assert prefix_len == 0
+    cached = {(None, (0,)): (0,), (None, (0, 0)): (0, 1)[1:]}
+    if policy == "dropped":
+        assert (freed, end, model.pages, model.tombstones) == ([0, 1], 0, {}, set())
+        return
+    assert (freed, end, model.pages, model.tombstones) == ([], 2, cached, set(cached))
+    outcome = model.apply_free_events(0, 0, [], set())
+    assert model.eviction_end_violations(0, 0, outcome, set()) == []
+    model.insert(None, (1, 1), (2, 3), 0, 0)  # live: (1,) then (1, 1)
+    outcome = model.apply_free_events(0, 2, [("free_swa", (2,)), ("free", (3,))], set())
+    assert [v.inv_id for v in model.eviction_end_violations(0, 2, outcome, set())] == ["INV-20"]

@@ -11,7 +11,7 @@ import itertools
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TypeAlias
+from typing import Literal, TypeAlias
 
 from radixkv_spec.invariants import (
     SpecViolation,
@@ -27,6 +27,7 @@ from radixkv_spec.tokens import Namespace, Token, aligned, extends
 PagePath: TypeAlias = tuple[Token, ...]
 Position: TypeAlias = tuple[Namespace, PagePath]
 FreeEvent: TypeAlias = tuple[str, tuple[int, ...]]  # ("free" | "free_swa", indices)
+DeadInsert: TypeAlias = Literal["dropped", "tombstoned"]
 
 
 def window_holds(tombstoned: Sequence[bool], page_size: int, window: int) -> bool:
@@ -50,17 +51,28 @@ class EvictionOutcome:
     full_evicted: int = 0
     swa_evicted: int = 0
     deleted: list[Position] = field(default_factory=list)
+    tombstone_leaves_before: set[Position] = field(default_factory=set)
 
 
 class SlidingWindowModel:
     """Pages, tombstones, lock handles and recency of a RadixCache with a window."""
 
-    def __init__(self, page_size: int, window: int, victims: VictimOrder = LRU_LEAVES) -> None:
+    def __init__(
+        self,
+        page_size: int,
+        window: int,
+        victims: VictimOrder = LRU_LEAVES,
+        dead_insert: DeadInsert = "dropped",
+    ) -> None:
+        """``dead_insert``: what an insert does with new pages that all lie before
+        ``swa_evicted`` (no SWA KV left for any of them): ``"dropped"`` (not cached, the
+        cache frees their indices) or ``"tombstoned"`` (cached as tombstones, sglang)."""
         # The SWA model knows recency only: no order that reads hits, births or priorities
         require(victims not in READS_LEAF_FACTS, f"the SWA model cannot judge {victims.name}")
         self.page_size = page_size
         self.window = window
         self.victims = victims
+        self.dead_insert = dead_insert
         self.pages: dict[Position, tuple[int, ...]] = {}
         self.tombstones: set[Position] = set()
         self.handles: Counter[Position] = Counter()
@@ -172,7 +184,8 @@ class SlidingWindowModel:
             else:
                 freed.extend(incoming)
         live_from = min(max(matched, swa_evicted), len(key))
-        end = matched if live_from == len(key) else len(key)
+        dropped = live_from == len(key) and self.dead_insert == "dropped"
+        end = matched if dropped else len(key)
         if end == matched:
             freed.extend(value[matched : len(key)])
         else:
@@ -249,7 +262,7 @@ class SlidingWindowModel:
         """Apply an ``evict``'s free events, checking each victim as it goes (the first
         half of ``apply_eviction``; where the eviction stopped is not checked here). A
         victim out of order that ``waive`` acknowledges is applied all the same."""
-        out = EvictionOutcome()
+        out = EvictionOutcome(tombstone_leaves_before=set(self._tombstone_leaves()))
         phase1 = num_tokens > 0
         for kind, indices in events:
             run = self._run_of(indices)
@@ -281,9 +294,11 @@ class SlidingWindowModel:
         checker that acknowledges one of these can go on from here.
         """
         short_full = num_tokens > 0 and out.full_evicted < num_tokens
+        # a tombstone leaf an insert cached (dead_insert="tombstoned") is not the eviction's
+        left_leaves = bool(set(self._tombstone_leaves()) - out.tombstone_leaves_before)
         wanted = out.swa_evicted < swa_num_tokens
         rules = [  # (broken, invariant, what)
-            (bool(self._tombstone_leaves()), "INV-20", "eviction left a tombstone leaf"),
+            (left_leaves, "INV-20", "eviction left a tombstone leaf"),
             (short_full and bool(self._evictable_leaves()), "INV-11", "phase 1 stopped early"),
             (wanted and bool(self._swa_candidates(swa_locked)), "INV-11", "phase 2 stopped early"),
         ]

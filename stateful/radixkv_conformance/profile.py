@@ -42,6 +42,7 @@ EvictionReport = Literal["per-node", "flat"]
 REFRESHES = frozenset({"insert", "match", "unlock"})
 LockModel = Literal["counts", "sets"]
 SwaLockTokens = Literal["exact", "optional"]
+SwaDeadInsert = Literal["dropped", "tombstoned"]
 
 __all__ = [
     "ANY_LEAF",
@@ -90,6 +91,9 @@ class Profile:
             also pass ``None`` to undo the newest lock on the node (radixkv).
         swa_insert_args: the cache takes ``prev_prefix_len`` / ``swa_evicted_seqlen``;
             ``False``: the kit passes 0 for both (it frees no SWA KV before an insert).
+        swa_dead_insert: an insert whose new pages all lie before ``swa_evicted_seqlen``
+            (none has SWA KV left): ``"dropped"`` (radixkv: not cached, the indices freed)
+            or ``"tombstoned"`` (sglang: cached as tombstones, the handle at the last).
         page_sizes: the page sizes the machine draws from.
         windows: the sliding windows the SWA rules draw from.
         event_hashes: ``"radixkv"``: KV events carry SPEC.md §9's page hashes (checked);
@@ -134,6 +138,7 @@ class Profile:
     mamba_match: MambaMatchPolicy = DEEPEST_STATE
     swa_lock_tokens: SwaLockTokens = "exact"
     swa_insert_args: bool = True
+    swa_dead_insert: SwaDeadInsert = "dropped"
     page_sizes: tuple[int, ...] = (1, 2, 4, 16)
     windows: tuple[int, ...] = (1, 2, 4, 8)
     event_hashes: HashPolicy = "radixkv"
@@ -156,6 +161,10 @@ class Profile:
             raise ValueError(f"duplicates must be caller, cache or kept: {self.duplicates!r}")
         if self.lock_model not in ("counts", "sets"):
             raise ValueError(f"lock_model must be counts or sets: {self.lock_model!r}")
+        if self.swa_dead_insert not in ("dropped", "tombstoned"):
+            raise ValueError(
+                f"swa_dead_insert must be dropped or tombstoned: {self.swa_dead_insert!r}"
+            )
         if self.swa_lock_tokens not in ("exact", "optional"):
             raise ValueError(f"swa_lock_tokens must be exact or optional: {self.swa_lock_tokens!r}")
         if "insert" not in self.refresh_on or not self.refresh_on <= REFRESHES:
@@ -274,6 +283,7 @@ NEEDS = {  # a policy that only matters to an adapter with this capability
     "mamba_match": "mamba",
     "swa_lock_tokens": "swa",
     "swa_insert_args": "swa",
+    "swa_dead_insert": "swa",
     "event_hashes": "events",
     "event_layout": "events",
     "page_hashes": "hashing",
@@ -295,6 +305,7 @@ def describe(profile: Profile, capabilities: frozenset[str] | None = None) -> li
         "mamba_match": profile.mamba_match.name,
         "swa_lock_tokens": profile.swa_lock_tokens,
         "swa_insert_args": profile.swa_insert_args,
+        "swa_dead_insert": profile.swa_dead_insert,
         "refresh_on": ",".join(sorted(profile.refresh_on)),
         "stores": profile.stores,
         "match_may_split": profile.match_may_split,

@@ -61,7 +61,10 @@ class SwaRules(ConformanceMachine):
         assert self.window is not None, "an SWA run needs a window"
         self.epoch = 0
         self.deleted_at: dict[Position, int] = {}
-        return SlidingWindowModel(self.page_size, self.window, self.session.profile.victims)
+        profile = self.session.profile
+        return SlidingWindowModel(
+            self.page_size, self.window, profile.victims, profile.swa_dead_insert
+        )
 
     def choose_run_options(self, data: st.DataObject) -> None:
         # Under "optional" lock tokens a caller names every lock it undoes or none: None

@@ -124,6 +124,7 @@ PROFILE = Profile(
     duplicates="cache",
     reset_frees=False,
     swa_lock_tokens="exact",
+    swa_dead_insert="tombstoned",
     page_sizes=(1, 4),
     notes=NOTES,
 )
