@@ -22,6 +22,7 @@ from radixkv_conformance.cli import main
 from radixkv_conformance.profile import RADIXKV, RADIXKV_MAMBA, RADIXKV_SWA
 from radixkv_conformance.registry import machine_for
 from radixkv_conformance.replay import replay
+from radixkv_spec.invariants import SpecUsageError
 from radixkv_spec.swa import DeadInsert, SlidingWindowModel
 
 pytestmark = pytest.mark.search  # kit searches: run once, not again on the pure key path
@@ -205,3 +206,18 @@ def test_an_swa_insert_wholly_past_the_window_is_dropped_or_tombstoned(policy: D
     model.insert(None, (1, 1), (2, 3), 0, 0)  # live: (1,) then (1, 1)
     outcome = model.apply_free_events(0, 2, [("free_swa", (2,)), ("free", (3,))], set())
     assert [v.inv_id for v in model.eviction_end_violations(0, 2, outcome, set())] == ["INV-20"]
+
+
+@pytest.mark.parametrize("accepted", [False, True])
+def test_a_lock_of_a_tombstone_is_refused_or_holds_the_full_kv(accepted: bool) -> None:
+    """Profile ``swa_tombstone_locks``: radixkv refuses a lock that ends at a tombstone;
+    sglang takes it, and it then holds the full KV of its path (and no SWA window)."""
+    model = SlidingWindowModel(1, 1, tombstone_locks=accepted)
+    model.insert(None, (0, 0), (0, 1), 0, 1)  # (0,) a tombstone, (0, 0) live
+    assert model.tombstones == {(None, (0,))}
+    if not accepted:
+        with pytest.raises(SpecUsageError):
+            model.lock(None, (0,))
+        return
+    model.lock(None, (0,))
+    assert model.is_locked((None, (0,))) and model.minimum_windows() == set()

@@ -63,16 +63,20 @@ class SlidingWindowModel:
         window: int,
         victims: VictimOrder = LRU_LEAVES,
         dead_insert: DeadInsert = "dropped",
+        tombstone_locks: bool = False,
     ) -> None:
         """``dead_insert``: what an insert does with new pages that all lie before
         ``swa_evicted`` (no SWA KV left for any of them): ``"dropped"`` (not cached, the
-        cache frees their indices) or ``"tombstoned"`` (cached as tombstones, sglang)."""
+        cache frees their indices) or ``"tombstoned"`` (cached as tombstones, sglang).
+        ``tombstone_locks``: a lock may end at a tombstone (sglang); it holds the full KV
+        of its path and no SWA window (none is left at its end)."""
         # The SWA model knows recency only: no order that reads hits, births or priorities
         require(victims not in READS_LEAF_FACTS, f"the SWA model cannot judge {victims.name}")
         self.page_size = page_size
         self.window = window
         self.victims = victims
         self.dead_insert = dead_insert
+        self.tombstone_locks = tombstone_locks
         self.pages: dict[Position, tuple[int, ...]] = {}
         self.tombstones: set[Position] = set()
         self.handles: Counter[Position] = Counter()
@@ -198,12 +202,14 @@ class SlidingWindowModel:
         return matched, freed, end
 
     def lock(self, ns: Namespace, prefix: Sequence[Token]) -> None:
-        """Take a handle at ``prefix`` (the empty path: nothing); tombstones are refused."""
+        """Take a handle at ``prefix`` (the empty path: nothing); tombstones are refused
+        unless the model takes ``tombstone_locks``."""
         position = (ns, tuple(prefix))
         if not position[1]:
             return
         require(position in self.pages, f"{position!r} is not cached")
-        require(position not in self.tombstones, f"{position!r} is a tombstone")
+        tombstone = position in self.tombstones
+        require(not tombstone or self.tombstone_locks, f"{position!r} is a tombstone")
         self.handles[position] += 1
 
     def unlock(self, ns: Namespace, prefix: Sequence[Token]) -> None:

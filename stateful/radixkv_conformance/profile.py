@@ -43,6 +43,7 @@ REFRESHES = frozenset({"insert", "match", "unlock"})
 LockModel = Literal["counts", "sets"]
 SwaLockTokens = Literal["exact", "optional"]
 SwaDeadInsert = Literal["dropped", "tombstoned"]
+SwaTombstoneLocks = Literal["refused", "accepted"]
 
 __all__ = [
     "ANY_LEAF",
@@ -94,6 +95,8 @@ class Profile:
         swa_dead_insert: an insert whose new pages all lie before ``swa_evicted_seqlen``
             (none has SWA KV left): ``"dropped"`` (radixkv: not cached, the indices freed)
             or ``"tombstoned"`` (sglang: cached as tombstones, the handle at the last).
+        swa_tombstone_locks: ``"refused"`` (radixkv: a lock of a tombstone is a usage
+            error) or ``"accepted"`` (sglang: it holds the full KV of its path).
         page_sizes: the page sizes the machine draws from.
         windows: the sliding windows the SWA rules draw from.
         event_hashes: ``"radixkv"``: KV events carry SPEC.md §9's page hashes (checked);
@@ -139,6 +142,7 @@ class Profile:
     swa_lock_tokens: SwaLockTokens = "exact"
     swa_insert_args: bool = True
     swa_dead_insert: SwaDeadInsert = "dropped"
+    swa_tombstone_locks: SwaTombstoneLocks = "refused"
     page_sizes: tuple[int, ...] = (1, 2, 4, 16)
     windows: tuple[int, ...] = (1, 2, 4, 8)
     event_hashes: HashPolicy = "radixkv"
@@ -164,6 +168,10 @@ class Profile:
         if self.swa_dead_insert not in ("dropped", "tombstoned"):
             raise ValueError(
                 f"swa_dead_insert must be dropped or tombstoned: {self.swa_dead_insert!r}"
+            )
+        if self.swa_tombstone_locks not in ("refused", "accepted"):
+            raise ValueError(
+                f"swa_tombstone_locks must be refused or accepted: {self.swa_tombstone_locks!r}"
             )
         if self.swa_lock_tokens not in ("exact", "optional"):
             raise ValueError(f"swa_lock_tokens must be exact or optional: {self.swa_lock_tokens!r}")
@@ -284,6 +292,7 @@ NEEDS = {  # a policy that only matters to an adapter with this capability
     "swa_lock_tokens": "swa",
     "swa_insert_args": "swa",
     "swa_dead_insert": "swa",
+    "swa_tombstone_locks": "swa",
     "event_hashes": "events",
     "event_layout": "events",
     "page_hashes": "hashing",
@@ -306,6 +315,7 @@ def describe(profile: Profile, capabilities: frozenset[str] | None = None) -> li
         "swa_lock_tokens": profile.swa_lock_tokens,
         "swa_insert_args": profile.swa_insert_args,
         "swa_dead_insert": profile.swa_dead_insert,
+        "swa_tombstone_locks": profile.swa_tombstone_locks,
         "refresh_on": ",".join(sorted(profile.refresh_on)),
         "stores": profile.stores,
         "match_may_split": profile.match_may_split,

@@ -62,8 +62,9 @@ class SwaRules(ConformanceMachine):
         self.epoch = 0
         self.deleted_at: dict[Position, int] = {}
         profile = self.session.profile
+        tombstone_locks = profile.swa_tombstone_locks == "accepted"
         return SlidingWindowModel(
-            self.page_size, self.window, profile.victims, profile.swa_dead_insert
+            self.page_size, self.window, profile.victims, profile.swa_dead_insert, tombstone_locks
         )
 
     def choose_run_options(self, data: st.DataObject) -> None:
@@ -79,7 +80,8 @@ class SwaRules(ConformanceMachine):
         return self.deleted_at.get((ref.namespace, ref.prefix), -1) > ref.born
 
     def lock_refusal(self, ref: NodeRef) -> str | None:
-        if (ref.namespace, ref.prefix) in self.model.tombstones:
+        tombstone = (ref.namespace, ref.prefix) in self.model.tombstones
+        if tombstone and self.profile.swa_tombstone_locks == "refused":
             return "lock of a tombstone"
         return None
 

@@ -125,6 +125,7 @@ PROFILE = Profile(
     reset_frees=False,
     swa_lock_tokens="exact",
     swa_dead_insert="tombstoned",
+    swa_tombstone_locks="accepted",
     page_sizes=(1, 4),
     notes=NOTES,
 )
