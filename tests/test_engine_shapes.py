@@ -22,7 +22,8 @@ from radixkv_conformance.cli import main
 from radixkv_conformance.profile import RADIXKV, RADIXKV_MAMBA, RADIXKV_SWA
 from radixkv_conformance.registry import machine_for
 from radixkv_conformance.replay import replay
-from radixkv_spec.invariants import SpecUsageError
+from radixkv_spec.invariants import SpecUsageError, SpecViolation
+from radixkv_spec.policies import LRU_LEAVES, LRU_SPLIT_REFRESHES_BOTH, VictimOrder
 from radixkv_spec.swa import DeadInsert, SlidingWindowModel
 
 pytestmark = pytest.mark.search  # kit searches: run once, not again on the pure key path
@@ -221,3 +222,22 @@ def test_a_lock_of_a_tombstone_is_refused_or_holds_the_full_kv(accepted: bool) -
         return
     model.lock(None, (0,))
     assert model.is_locked((None, (0,))) and model.minimum_windows() == set()
+
+
+@pytest.mark.parametrize("victims", [LRU_LEAVES, LRU_SPLIT_REFRESHES_BOTH])
+def test_the_swa_model_widens_recency_where_a_split_refreshes_the_lower_half(
+    victims: VictimOrder,
+) -> None:
+    """sglang stamps both halves of a split: after [1, 0, 0] and [0], a match of [1]
+    splits the first node, so the leaf [1, 0] may be as recent as the match and [0] may go
+    first. Plain LRU (radixkv) keeps [1, 0] at its insert: [0] first is out of order."""
+    model = SlidingWindowModel(1, 2, victims)
+    model.insert(None, (1, 0, 0), (0, 1, 2), 0, 0)
+    model.insert(None, (0,), (3,), 0, 0)
+    model.match(None, (1,))
+    events = [("free", (2,)), ("free", (3,))]
+    if victims is LRU_LEAVES:
+        with pytest.raises(SpecViolation, match="not the lru leaf"):
+            model.apply_free_events(2, 0, events, set())
+        return
+    assert model.apply_free_events(2, 0, events, set()).full_evicted == 2

@@ -81,6 +81,7 @@ class SlidingWindowModel:
         self.tombstones: set[Position] = set()
         self.handles: Counter[Position] = Counter()
         self.recency: dict[Position, int] = {}
+        self.latest: dict[Position, int] = {}  # the latest tick a split could have given
         self.clock = 0
 
     def __repr__(self) -> str:
@@ -153,7 +154,7 @@ class SlidingWindowModel:
                 if window_holds(flags[:k], self.page_size, self.window)
             ),
         )
-        self._touch(path[:best])
+        self._touch(path[:best], self._split_remainder(path[:best]))
         return tuple(i for q in path[:best] for i in self.pages[q])
 
     def insert(
@@ -174,6 +175,7 @@ class SlidingWindowModel:
         key = aligned(tokens, p)
         require(len(value) >= len(key), f"{len(value)} indices for {len(key)} tokens")
         cached = self.path_pages(ns, key)
+        remainder = self._split_remainder(cached)  # before the new pages branch off there
         matched, freed = len(cached) * p, list[int]()
         for position in cached:
             start = len(position[1]) - p
@@ -198,7 +200,7 @@ class SlidingWindowModel:
                 self.pages[position] = tuple(value[start : start + p])
                 if start < live_from:
                     self.tombstones.add(position)
-        self._touch(self.path_pages(ns, key[:end]))
+        self._touch(self.path_pages(ns, key[:end]), remainder)
         return matched, freed, end
 
     def lock(self, ns: Namespace, prefix: Sequence[Token]) -> None:
@@ -230,12 +232,30 @@ class SlidingWindowModel:
         self.tombstones.clear()
         self.handles.clear()
         self.recency.clear()
+        self.latest.clear()
         return full, live
 
-    def _touch(self, path: Sequence[Position]) -> None:
+    def _touch(self, path: Sequence[Position], remainder: Sequence[Position]) -> None:
+        """Stamp ``path``; the pages a split at its end could put in the lower half (the
+        ``remainder``) get the stamp as their latest possible one."""
         self.clock += 1
         for position in path:
-            self.recency[position] = self.clock
+            self.recency[position] = self.latest[position] = self.clock
+        for position in remainder:
+            self.latest[position] = self.clock
+
+    def _split_remainder(self, path: Sequence[Position]) -> list[Position]:
+        """Under a victim order whose splits refresh the lower half too: the single-child
+        chain below ``path`` (a node never spans a branch point), as the plain model widens
+        it (``radixkv_spec.model``); else nothing."""
+        chain: list[Position] = []
+        if not (self.victims.refreshes_split_remainder and path):
+            return chain
+        below = self.children(path[-1])
+        while len(below) == 1:
+            chain.append(below[0])
+            below = self.children(below[0])
+        return chain
 
     # ---- eviction ------------------------------------------------------------------------
 
@@ -334,9 +354,9 @@ class SlidingWindowModel:
         return run
 
     def _admissible(self, victim: Position, among: list[Position]) -> bool:
-        """The victim order's verdict (recency is exact here: no widened bounds)."""
-        ticks = [LeafFacts(self.recency[q], self.recency[q]) for q in among]
-        return self.victims.admissible(LeafFacts(*(self.recency[victim],) * 2), ticks)
+        """The victim order's verdict on recency (widened where a split may refresh)."""
+        facts = [LeafFacts(self.recency[q], self.latest[q]) for q in (victim, *among)]
+        return self.victims.admissible(facts[0], facts[1:])
 
     def _evictable_leaves(self) -> list[Position]:
         return [q for q in self.pages if not self.children(q) and not self.is_locked(q)]
@@ -375,7 +395,7 @@ class SlidingWindowModel:
                 out.swa_evicted += self.page_size
             self.tombstones.discard(q)
             del self.pages[q]
-            del self.recency[q]
+            del self.recency[q], self.latest[q]
             out.deleted.append(q)
 
     def _tombstone(
