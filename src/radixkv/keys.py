@@ -322,12 +322,14 @@ class KeyRead:
 
     __slots__ = (
         "_limit",
+        "_stored_tail",
         "_token_ids",
         "data",
         "extra_key",
         "length",
         "packed",
         "probe",
+        "stores",
         "unchecked",
         "width",
     )
@@ -344,6 +346,10 @@ class KeyRead:
         self.extra_key = extra_key
         self._hold(data)
         self.unchecked = False  # True: a list read in place, ids not yet checked (``settle``)
+        # True for an insert, which stores the part after the walk: ``settle`` checks it by
+        # packing it (int32), and ``new_part`` takes that copy, so each id is read once.
+        self.stores = False
+        self._stored_tail: tuple[int, Ids32] | None = None  # (from token, its int32 copy)
 
     def _hold(self, data: KeyView) -> None:
         self.data = data
@@ -416,11 +422,18 @@ class KeyRead:
         key). Else the key is read again by the reference path, which raises the usage
         error naming a bad id, or (a valid key of ids the helpers do not read: a bigram,
         numpy ints) holds its reading instead, and False: a walk made with the list must
-        be made again."""
+        be made again. For an insert (``stores``) the check is the int32 copy of the part
+        it stores, which ``new_part`` then returns: one pass over those ids, not two."""
         if not self.unchecked:
             return True
         self.unchecked = False
-        if cast(ListKey, self.data).plain_from(start):
+        ids = cast(ListKey, self.data)
+        if self.stores:
+            tail = ids.compact(start)  # None: an id is not plain, or is >= 2**31
+            if tail is not None:
+                self._stored_tail = (start, tail)
+                return True
+        if ids.plain_from(start):
             return True
         data = _key_data(self._token_ids, True, self._limit)
         self._hold(data[: self.length * width(data)])
@@ -440,6 +453,8 @@ class KeyRead:
         copy, which an insert stores anyway)."""
         data = self.data
         if type(data) is ListKey:  # checked by the walk: plain ids, one pass to int32
+            if self._stored_tail is not None and self._stored_tail[0] == start:
+                return self._stored_tail[1]  # packed by the check (``settle``)
             slim = data.compact(start)
             return slim if slim is not None else span(data, start, self.length)
         part = span(data, start, self.length)

@@ -262,6 +262,7 @@ class RadixCache(BasePrefixCache):
         self._part.check_insert(prev_prefix_len, swa_evicted_seqlen)
         with read_key(key, self.page_size, self.tree.packed) as found:
             # Not a copy: what the tree keeps it copies when it stores it.
+            found.stores = True  # so a list's check packs the part stored (KeyRead.settle)
             indices = aligned_value(found, value, self.device)
             walk = self.tree.descend(found)
             new = found.new_part(walk.end)  # a checked copy: the tree stores it
