@@ -128,3 +128,19 @@ def test_the_cli_writes_a_trace_per_finding(tmp_path: Path) -> None:
     target = ["radixkv_conformance.adapters.planted:factory", "--option", "bugs=locked"]
     assert main([*argv, *target, "--traces", str(tmp_path)]) == 1
     assert list(tmp_path.glob("states-*.json"))
+
+
+class _NamesTooFew(RadixCacheAdapter):
+    """A ``canonical_state`` that forgets to name the handles it is given."""
+
+    def canonical_state(self, handles: Any) -> tuple[Any, tuple[Any, ...]]:
+        picture, _ = super().canonical_state(handles)
+        return picture, ()
+
+
+def test_a_hook_that_names_too_few_handles_is_a_clear_error() -> None:
+    def too_few(page_size: int, host: Host) -> _NamesTooFew:
+        return _NamesTooFew(page_size, host)
+
+    with pytest.raises(ValueError, match="canonical_state named 0 of"):
+        explore_states(_machine(too_few), Bounds(tokens=1, length=1, locks=1, depth=2))
