@@ -295,7 +295,6 @@ class ConformanceMachine(RuleBasedStateMachine):
         self.check = "setup"
         self.events: list[tuple[str, tuple[int, ...]]] = []
         self.copies: list[tuple[int, int]] = []
-        self.matched = Matched((), None)  # what the last match returned (a request reads it)
         self.next_index = 0  # the next fresh index; `given` is the ledger's truth
         self.next_slot = 0
         self.given: set[int] = set()  # every index handed out (allocated, or from a trace)
@@ -594,7 +593,7 @@ class ConformanceMachine(RuleBasedStateMachine):
 
     def do_match(self, tokens: tuple[int, ...], namespace: Namespace) -> NodeRef:
         """A lookup: the cache's indices must be the spec's; the handle ends at the match.
-        What else it returns (Mamba's copy-on-write slot) a request reads in ``matched``."""
+        What else it returns (Mamba's copy-on-write slot) is the mode's to check and keep."""
         step = self.log("match", tokens=list(tokens), namespace=namespace)
         with self.checking("match"):
             copies = len(self.copies)
@@ -608,7 +607,6 @@ class ConformanceMachine(RuleBasedStateMachine):
             )
             self.check_match_extras(got, want, step, copies)
             self.count("match")
-            self.matched = got
             return self.ref(got.handle, namespace, tokens[: want.prefix_len])
 
     def spec_match(self, namespace: Namespace, tokens: tuple[int, ...]) -> SpecMatch:

@@ -43,6 +43,7 @@ class MambaRules(ConformanceMachine):
     mode: ClassVar[str] = "mamba"
     checks = ConformanceMachine.checks | {"mamba"}
     match_invariant = "INV-34"
+    matched: Matched  # what the last match returned (its copy-on-write slot, ...)
     insert_keywords: ClassVar[dict[str, Any]] = {"state_slot": None}
     evict_keywords = ("mamba_slots",)
     bad_calls: ClassVar[dict[str, tuple[str, tuple[str, ...]]]] = {
@@ -90,7 +91,9 @@ class MambaRules(ConformanceMachine):
 
     def check_match_extras(self, got: Matched, want: SpecMatch, step: Step, copies: int) -> None:
         """The match's length, its branching point, and the copy of the matched state into
-        a slot of the request's (copy-on-write), exactly when the spec says (INV-34)."""
+        a slot of the request's (copy-on-write), exactly when the spec says (INV-34). The
+        request reads what the match returned in ``matched``."""
+        self.matched = got
         if not isinstance(want, MambaMatch):
             raise TypeError(f"a Mamba match is a MambaMatch, not {want!r}")
         step["expect"].update(prefix_len=want.prefix_len, branching_seqlen=want.branching_seqlen)
