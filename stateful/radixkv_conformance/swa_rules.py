@@ -29,7 +29,7 @@ from radixkv_conformance.machines import (
     Step,
 )
 from radixkv_conformance.protocol import Evicted, Indices, Inserted, Namespace
-from radixkv_conformance.strategies import up_to
+from radixkv_conformance.strategies import EVICT_ALL, EVICT_AMOUNTS, up_to
 
 
 class SwaRules(ConformanceMachine):
@@ -173,12 +173,12 @@ class SwaRules(ConformanceMachine):
             tokens, ns, value, prev_prefix_len=len(matched), swa_evicted_seqlen=evicted
         )
 
-    @rule(swa_num_tokens=st.integers(1, 8))
+    @rule(swa_num_tokens=st.one_of(st.integers(1, 8), st.just(EVICT_ALL)))
     def free_sliding_window_kv(self, swa_num_tokens: int) -> None:
         """Phase 2 alone: tombstones appear under and above locked nodes, often."""
         self.do_evict(0, swa_num_tokens=swa_num_tokens)
 
-    @rule(num_tokens=st.integers(0, 24), swa_num_tokens=st.integers(0, 24))
+    @rule(num_tokens=EVICT_AMOUNTS, swa_num_tokens=EVICT_AMOUNTS)
     def evict(self, num_tokens: int, swa_num_tokens: int) -> None:
         self.do_evict(num_tokens, swa_num_tokens=swa_num_tokens)
 
