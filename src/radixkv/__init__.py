@@ -3,7 +3,7 @@
 The public API follows the seed documents (pymllm ``mem_cache``); semantics are in SPEC.md.
 """
 
-from radixkv.allocator import DoubleFreeError, KVIndexAllocator
+from radixkv.allocator import DoubleFreeError, HybridKVAllocator, KVIndexAllocator
 from radixkv.base import (
     BasePrefixCache,
     EvictResult,
@@ -37,6 +37,7 @@ __all__ = [
     "DoubleFreeError",
     "EvictResult",
     "EvictionPolicy",
+    "HybridKVAllocator",
     "InsertResult",
     "InvariantViolation",
     "KVIndexAllocator",
