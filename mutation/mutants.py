@@ -288,7 +288,10 @@ MUTANTS: tuple[Mutant, ...] = (
         SWA,
         "            if live is None or live >= self.window:",
         "            if live is None or live > self.window:",
-        SWA_MACHINE,
+        # A window exactly W long: the SWA machine finds it on 6 of 6 random seeds, but not
+        # on the ci profile's one fixed draw since the SWA evictions draw EVICT_ALL; the SWA
+        # example tests pin it.
+        SWA_MACHINE_AND_EXAMPLES,
     ),
     Mutant(
         "swa-match-ignores-tombstones",
