@@ -177,31 +177,33 @@ static PyObject *shared(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     return PyLong_FromSsize_t(i);
 }
 
-/* narrow(packed) -> bytes | None: native int64 ids (all >= 0) as native int32 ones, or None
- * if one is 2**31 or more. The compact form a node stores when every id fits. */
+/* narrow(buffer) -> bytes | None: native int64 ids (all >= 0) as native int32 ones, or None
+ * if one is negative or 2**31 or more. The compact form a node stores when every id fits,
+ * made straight from a view of the caller's array (no int64 copy in between). */
 static PyObject *narrow(PyObject *self, PyObject *packed) {
-    if (!PyBytes_CheckExact(packed)) {
-        PyErr_SetString(PyExc_TypeError, "narrow(packed: bytes)");
-        return NULL;
-    }
-    Py_ssize_t n = PyBytes_GET_SIZE(packed) / (Py_ssize_t)sizeof(int64_t);
-    const char *wide = PyBytes_AS_STRING(packed);
+    Py_buffer view;
+    if (PyObject_GetBuffer(packed, &view, PyBUF_SIMPLE) < 0) return NULL;
+    Py_ssize_t n = view.len / (Py_ssize_t)sizeof(int64_t);
+    const char *wide = (const char *)view.buf;
     uint64_t any_high = 0;
     for (Py_ssize_t i = 0; i < n; i++) {
         uint64_t v;
         memcpy(&v, wide + i * sizeof v, sizeof v);
         any_high |= v;
     }
-    if (any_high >> 31) Py_RETURN_NONE;
-    PyObject *out = PyBytes_FromStringAndSize(NULL, n * (Py_ssize_t)sizeof(int32_t));
-    if (out == NULL) return NULL;
-    char *slim = PyBytes_AS_STRING(out);
-    for (Py_ssize_t i = 0; i < n; i++) {
-        uint64_t v;
-        memcpy(&v, wide + i * sizeof v, sizeof v);
-        int32_t w = (int32_t)v;
-        memcpy(slim + i * sizeof w, &w, sizeof w);
+    PyObject *out = NULL;
+    if (any_high >> 31) {
+        out = Py_NewRef(Py_None);
+    } else if ((out = PyBytes_FromStringAndSize(NULL, n * (Py_ssize_t)sizeof(int32_t)))) {
+        char *slim = PyBytes_AS_STRING(out);
+        for (Py_ssize_t i = 0; i < n; i++) {
+            uint64_t v;
+            memcpy(&v, wide + i * sizeof v, sizeof v);
+            int32_t w = (int32_t)v;
+            memcpy(slim + i * sizeof w, &w, sizeof w);
+        }
     }
+    PyBuffer_Release(&view);
     return out;
 }
 

@@ -96,7 +96,9 @@ def require_no_boundary(swa_boundary_id: object) -> None:
 
 
 def aligned_value(key: KeyRead, value: object, device: torch.device) -> torch.Tensor:
-    """The first ``key.length`` KV indices as int64 on ``device``, not copied if they are.
+    """The KV indices, int64 on ``device``, of which the first ``key.length`` are the key's;
+    ``value`` itself if it is int64 on ``device`` (not even sliced: callers read only the
+    key's part, by position).
 
     ``None`` stands for "the token ids are the indices" (a test convenience). Callers pass
     views of request rows they go on overwriting: whatever part the tree keeps, the cache
@@ -117,11 +119,9 @@ def aligned_value(key: KeyRead, value: object, device: torch.device) -> torch.Te
     given = value.numel()
     if given < n:
         raise UsageError(f"value has {given} indices for {n} aligned tokens")
-    if given > n:
-        value = value[:n]
     if value.dtype is torch.int64 and value.device == device:
         return value  # the common case; ``to`` would return it too, at twice the cost
-    return value.to(device=device, dtype=torch.int64)
+    return value[:n].to(device=device, dtype=torch.int64)
 
 
 def state_slot(mamba_value: object) -> int | None:

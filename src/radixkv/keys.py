@@ -457,11 +457,15 @@ class KeyRead:
                 return self._stored_tail[1]  # packed by the check (``settle``)
             slim = data.compact(start)
             return slim if slim is not None else span(data, start, self.length)
+        helpers = native.helpers
+        if helpers is not None and type(data) is not tuple:  # packed: int32 straight from it
+            narrowed = helpers.narrow(cast("bytes | memoryview", data)[start * PACKED :])
+            if narrowed is not None:  # every id in [0, 2**31): none is negative
+                return Ids32(narrowed)
         part = span(data, start, self.length)
-        stored = compact(part)  # int32 ids are below 2**31: none is negative
-        if stored is part and type(part) is bytes and not no_negative_ids(part):
+        if type(part) is bytes and not no_negative_ids(part):
             self._raise_exact()
-        return stored
+        return part
 
     def tokens(self) -> Tokens:
         """The aligned key as a token tuple (for ``value=None``; not hot)."""
@@ -474,8 +478,11 @@ class KeyRead:
         raise AssertionError("a negative id the exact checks accept")
 
 
-def read_key(key: object, page_size: int, packed: bool) -> KeyRead:
+def read_key(key: object, page_size: int, packed: bool, *, stores: bool = False) -> KeyRead:
     """``key``'s whole pages, read (packed if ``packed`` allows), and its namespace.
+
+    ``stores`` says the caller (an insert) will store the part after the walk
+    (``KeyRead.new_part``): a list's check then packs that part once, for both.
 
     Raises a usage error for a key that is not a RadixKey, a bad namespace or a bad token
     id (a negative one only if it lies in the dropped tail: see ``KeyRead``). The data is
@@ -499,10 +506,14 @@ def read_key(key: object, page_size: int, packed: bool) -> KeyRead:
                 data.prefix(aligned * PACKED) if aligned < n else data, extra_key, token_ids, limit
             )
             read.unchecked = True  # the walk checks the rest (KeyRead.settle)
+            read.stores = stores
             return read
         data = _key_data(token_ids, packed, limit)  # the reference path decides
-    if aligned < n:
-        KeyRead(data, extra_key, token_ids, limit).require_valid_from(aligned)  # dropped, checked
+    if aligned < n:  # the dropped tail, checked (a tuple was validated whole)
+        if type(data) is not tuple and not no_negative_ids(
+            cast("bytes | memoryview", data), aligned * PACKED
+        ):
+            KeyRead(data, extra_key, token_ids, limit)._raise_exact()
         data = data[: aligned * width(data)]
     return KeyRead(data, extra_key, token_ids, limit)
 
@@ -619,15 +630,6 @@ def width(data: KeyView) -> int:
     """Items of ``data`` per token: 8 bytes when packed (4 compact), one tuple item otherwise."""
     kind = type(data)
     return 1 if kind is tuple else COMPACT if kind is Ids32 else PACKED
-
-
-def compact(data: KeyData) -> KeyData:
-    """``data`` as int32 ids (``Ids32``) if every id fits and the compiled path is on."""
-    helpers = native.helpers
-    if helpers is None or type(data) is not bytes:
-        return data
-    slim = helpers.narrow(data)
-    return data if slim is None else Ids32(slim)
 
 
 def widen(data: bytes) -> bytes:

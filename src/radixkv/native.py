@@ -33,8 +33,8 @@ class KeyHelpers(Protocol):
     def widen(self, compact: bytes, /) -> bytes:
         """Native int32 ids as native int64 ones."""
 
-    def narrow(self, packed: bytes, /) -> bytes | None:
-        """Native int64 ids (none negative) as int32 ones; ``None`` if one is >= 2**31."""
+    def narrow(self, packed: bytes | memoryview, /) -> bytes | None:
+        """Native int64 ids as int32 ones; ``None`` if one is negative or >= 2**31."""
 
     def signs_clear(self, buffer: bytes | memoryview, start: int, /) -> bool:
         """No native int64 id of ``buffer`` from byte ``start`` on is negative."""

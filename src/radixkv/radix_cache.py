@@ -51,6 +51,14 @@ def _zero(value: object) -> bool:
     return type(value) is int and value == 0
 
 
+def _defaults(prev_prefix_len: object, swa_evicted_seqlen: object, kwargs: dict[str, Any]) -> bool:
+    """An insert's keywords are all at their defaults (``priority=0`` may be spelled out,
+    as schedulers that have priorities do): nothing to check."""
+    if kwargs and (len(kwargs) > 1 or not _zero(kwargs.get("priority"))):
+        return False
+    return _zero(prev_prefix_len) and _zero(swa_evicted_seqlen)
+
+
 class TreeOptions(TypedDict, total=False):
     """The keyword-only options of every tree cache (RadixCache, MambaRadixCache).
 
@@ -242,7 +250,7 @@ class RadixCache(BasePrefixCache):
         and stays the caller's. ``priority`` raises every node the key covers to at least
         that priority (``eviction_policy="priority"`` evicts lower ones first).
         """
-        if kwargs or not (_zero(prev_prefix_len) and _zero(swa_evicted_seqlen)):
+        if not _defaults(prev_prefix_len, swa_evicted_seqlen, kwargs):
             keywords = insert_keywords(
                 {
                     "prev_prefix_len": prev_prefix_len,
@@ -260,9 +268,8 @@ class RadixCache(BasePrefixCache):
         """Every cache's insert, its keywords checked (``insert_keywords``)."""
         prev_prefix_len, swa_evicted_seqlen = kw.prev_prefix_len, kw.swa_evicted_seqlen
         self._part.check_insert(prev_prefix_len, swa_evicted_seqlen)
-        with read_key(key, self.page_size, self.tree.packed) as found:
-            # Not a copy: what the tree keeps it copies when it stores it.
-            found.stores = True  # so a list's check packs the part stored (KeyRead.settle)
+        # ``stores``: a list's check packs the part the tree stores (KeyRead.settle).
+        with read_key(key, self.page_size, self.tree.packed, stores=True) as found:
             indices = aligned_value(found, value, self.device)
             walk = self.tree.descend(found)
             new = found.new_part(walk.end)  # a checked copy: the tree stores it
@@ -294,7 +301,7 @@ class RadixCache(BasePrefixCache):
         end = start + token_count(new)
         live_from = self._part.suffix_split(start, end, swa_evicted_seqlen)
         if live_from == end:  # all of it lost its SWA KV: nothing worth caching
-            free_indices(self.token_to_kv_pool_allocator, value[start:])
+            free_indices(self.token_to_kv_pool_allocator, value[start:end])
             return parent
         if live_from > start:
             lost, new = span(new, 0, live_from - start), span(new, live_from - start, end - start)
@@ -302,7 +309,7 @@ class RadixCache(BasePrefixCache):
                 parent, lost, extra_key, value[start:live_from].clone()
             )
         # A private copy: callers pass views of request rows they go on overwriting.
-        return self.tree.add_leaf(parent, new, extra_key, value[live_from:].clone())
+        return self.tree.add_leaf(parent, new, extra_key, value[live_from:end].clone())
 
     # ---- eviction ----------------------------------------------------------------------
 

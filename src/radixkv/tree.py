@@ -183,6 +183,16 @@ def iter_subtree(root: TreeNode) -> Iterator[TreeNode]:
         stack.extend(node.children.values())
 
 
+def piece(value: torch.Tensor, start: int, end: int | None) -> torch.Tensor:
+    """``value[start:end]``, sharing its memory, without autograd's view record.
+
+    A plain slice is a view that remembers its base for autograd (about 400 bytes more per
+    tensor, resident as long as the node is: a third of a node's overhead); the tree's
+    index tensors never take part in autograd, so the halves of a split are detached.
+    """
+    return value[start:end].detach()
+
+
 def split_node(node: N, split_len: int, new_id: int, page_size: int) -> N:
     """Cut ``node`` after ``split_len`` tokens and return the new upper part.
 
@@ -198,7 +208,7 @@ def split_node(node: N, split_len: int, new_id: int, page_size: int) -> N:
     upper = type(node)(
         new_id,
         span(data, 0, split_len),
-        node.value[:split_len],
+        piece(node.value, 0, split_len),
         node.parent,
         node.last_access_time,
         node.extra_key,
@@ -214,7 +224,7 @@ def split_node(node: N, split_len: int, new_id: int, page_size: int) -> N:
     node.parent.children[edge(upper, page_size)] = upper
     node.data = span(data, split_len, node.length)
     node.length -= split_len
-    node.value = node.value[split_len:]
+    node.value = piece(node.value, split_len, None)
     node.parent = upper
     upper.children[edge(node, page_size)] = node
     return upper
@@ -355,6 +365,7 @@ class Tree(Generic[N]):
         self.protected_size = 0
         self.leaves: set[N] = set()
         self._heap: list[tuple[SortKey, N]] = []
+        self._unqueued: set[N] = set()  # leaves added or touched since the heap last saw them
 
     def _new_root(self) -> N:
         root = self.node_class(
@@ -371,6 +382,7 @@ class Tree(Generic[N]):
         self.evictable_size = self.protected_size = 0
         self.leaves.clear()
         self._heap.clear()
+        self._unqueued.clear()
         return doomed
 
     def nodes(self) -> Iterator[N]:
@@ -435,6 +447,7 @@ class Tree(Generic[N]):
         parent = cast(N, leaf.parent)
         del parent.children[edge(leaf, self.page_size)]
         self.leaves.discard(leaf)
+        self._unqueued.discard(leaf)
         self._refresh_leaf(parent)  # the cascade: the parent may go next
         self.evictable_size -= leaf.length
         for hook in self.on_deleted:
@@ -452,7 +465,7 @@ class Tree(Generic[N]):
         self.evictable_size -= leaf.length - keep
         leaf.data = span(leaf.data, 0, keep)
         leaf.length = keep
-        leaf.value = leaf.value[:keep]
+        leaf.value = piece(leaf.value, 0, keep)
         if leaf.hash_values is not None:
             leaf.hash_values = leaf.hash_values[: keep // self.page_size]
 
@@ -477,6 +490,7 @@ class Tree(Generic[N]):
     def lru_leaf(self) -> N | None:
         """The evictable leaf the policy evicts first (LRU unless the cache was built with
         another ``eviction_policy``), or ``None``."""
+        self._queue_unqueued()
         heap, order = self._heap, self.policy.key
         while heap:
             key, leaf = heap[0]
@@ -495,15 +509,26 @@ class Tree(Generic[N]):
             self.leaves.discard(node)
 
     def _push(self, node: N) -> None:
-        heap = self._heap
-        if len(heap) > 2 * len(self.leaves) + 64:  # mostly stale: rebuild
-            order = self.policy.key
-            heap[:] = [(order(n), n) for n in self.leaves]
+        """Queue ``node`` for the heap, keyed as it is when an eviction next asks: a leaf
+        touched again before then costs a set insertion, not a heap push, and a cache that
+        never evicts never builds the heap."""
+        self._unqueued.add(node)
+
+    def _queue_unqueued(self) -> None:
+        heap, order, leaves = self._heap, self.policy.key, self.leaves
+        if len(heap) + len(self._unqueued) > 2 * len(leaves) + 64:  # mostly stale: rebuild
+            heap[:] = [(order(n), n) for n in leaves]
             heapq.heapify(heap)
-        heapq.heappush(heap, (self.policy.key(node), node))
+        else:
+            for node in self._unqueued:
+                if node in leaves:
+                    heapq.heappush(heap, (order(node), node))
+        self._unqueued.clear()
 
     def queued(self) -> set[tuple[SortKey, int]]:
-        """``(policy key, id(node))`` of every heap entry (for ``check_invariants``)."""
+        """``(policy key, id(node))`` of every heap entry (for ``check_invariants``), the
+        leaves waiting to be queued queued first."""
+        self._queue_unqueued()
         return {(key, id(n)) for key, n in self._heap}
 
     # ---- locks -----------------------------------------------------------------------------
