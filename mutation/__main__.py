@@ -89,14 +89,14 @@ def main() -> int:
     chosen = [m for m in MUTANTS if not args.names or m.name in args.names]
     suite = args.suite.split() if args.suite else None
     suites = sorted({m.suite for m in chosen}) if suite is None else [" ".join(suite)]
-    for target in suites:
-        _, failed, seconds, last = run(BASELINE, target.split())
-        print(f"baseline  {seconds:6.1f}s  {target}: {last}")
-        if failed:
-            print("the suite fails without any mutant: fix that first")
-            return 1
     survivors = []
     with ThreadPoolExecutor(args.jobs) as pool:
+        baselines = pool.map(lambda target: (target, run(BASELINE, target.split())), suites)
+        for target, (_, failed, seconds, last) in baselines:
+            print(f"baseline  {seconds:6.1f}s  {target}: {last}")
+            if failed:
+                print("the suite fails without any mutant: fix that first")
+                return 1
         for mutant, killed, seconds, last in pool.map(lambda m: run(m, suite), chosen):
             print(f"{'killed' if killed else 'SURVIVED':>8}  {seconds:6.1f}s  {mutant.name}")
             if not killed:
