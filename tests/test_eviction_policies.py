@@ -175,6 +175,33 @@ def test_every_policy_keeps_the_heap_fresh_through_a_busy_sequence() -> None:
         assert cache.total_size() == 0, policy
 
 
+@pytest.mark.parametrize("policy", ["lru", "mru"])
+def test_evictions_after_many_touches_keep_their_order_through_heap_rebuilds(policy: str) -> None:
+    """Leaves touched between evictions reach the heap only when an eviction asks, and the
+    entries they leave behind go stale; under MRU those sink to the bottom, never popped,
+    until the heap is rebuilt from the leaf set (past twice the leaves and 64). Every
+    leaf still comes out, in the policy's order."""
+    keys = [[i, 1] for i in range(100)]
+    evicted: list[int] = []
+    cache = RadixCache(on_node_evict=evicted.append, eviction_policy=policy)
+    leaf_of = {
+        cache.insert(RadixKey(k), torch.tensor([2 * k[0], 2 * k[0] + 1])).last_node.id: k[0]
+        for k in keys
+    }
+    used = list(range(100))  # least recently used first
+    for round_ in range(6):  # every round touches every leaf again
+        used = sorted(used, key=lambda i: (i * (round_ + 7)) % 101)
+        for i in used:
+            cache.match_prefix(RadixKey(keys[i]))
+        for _ in range(3):
+            cache.evict(1)
+            assert leaf_of[evicted[-1]] == used.pop(0 if policy == "lru" else -1)
+        cache.check_invariants()
+    cache.evict(10**6)
+    assert [leaf_of[n] for n in evicted[18:]] == (used if policy == "lru" else used[::-1])
+    assert cache.total_size() == 0
+
+
 # ---- the other caches --------------------------------------------------------------------
 
 

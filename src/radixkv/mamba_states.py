@@ -30,7 +30,7 @@ from radixkv.keys import KeyData, token_count
 from radixkv.lru_list import LRUList
 from radixkv.mamba_node import MambaTreeNode
 from radixkv.part import Delete, MakeRoom, Part
-from radixkv.tree import Descent, Tree, TreeNode, depth_first
+from radixkv.tree import Descent, Tree, TreeNode, depth_first, piece
 
 
 class MambaPool(Protocol):
@@ -91,6 +91,7 @@ class MambaStates(Part[MambaTreeNode]):
         tree.on_split.append(self._split)
         tree.on_touched.append(self._touched)
         self.full_lru = RecencyOrder(tree)
+        self._slot_ids = torch.arange(0)  # what each node's ``mamba_value`` is a slice of
         self.reset()
 
     def reset(self) -> None:
@@ -149,10 +150,18 @@ class MambaStates(Part[MambaTreeNode]):
         return False
 
     def _adopt(self, node: MambaTreeNode, slot: int) -> None:
-        node.mamba_value = torch.tensor([slot], dtype=torch.int64)
+        node.mamba_value = self._slot_tensor(slot)
         self.slots[slot] = node
         self.mamba_lru.insert_mru(node)
         self._evictable += 1  # a node without state holds no mamba lock
+
+    def _slot_tensor(self, slot: int) -> torch.Tensor:
+        """``tensor([slot])``, as a view of one ``arange`` of slot ids grown by doubling:
+        building a tensor from a Python list takes torch's slow path (about 20 µs a call in
+        a busy replay, against one for a slice)."""
+        if slot >= len(self._slot_ids):
+            self._slot_ids = torch.arange(max(2 * len(self._slot_ids), slot + 1, 64))
+        return piece(self._slot_ids, slot, slot + 1)
 
     # ---- the tree's hooks ------------------------------------------------------------------
 
