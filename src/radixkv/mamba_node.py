@@ -72,9 +72,12 @@ class MambaTreeNode(TreeNode):
     @property
     def slot(self) -> int | None:
         """The state slot this node owns; ``None`` for a tombstone and for the root."""
-        if self.mamba_value is None or self.mamba_value.numel() == 0:
+        value = self.mamba_value
+        if value is None or value.numel() == 0:
             return None
-        return int(self.mamba_value[0])  # a CPU tensor: no device synchronisation
+        # A CPU tensor: no device synchronisation. ``item`` makes no tensor (``value[0]``
+        # would: an allocation, several µs in a busy process).
+        return int(value.item()) if value.numel() == 1 else int(value[0])
 
     def __repr__(self) -> str:
         return (

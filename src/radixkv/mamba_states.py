@@ -30,7 +30,7 @@ from radixkv.keys import KeyData, token_count
 from radixkv.lru_list import LRUList
 from radixkv.mamba_node import MambaTreeNode
 from radixkv.part import Delete, MakeRoom, Part
-from radixkv.tree import Descent, Tree, TreeNode, depth_first, piece
+from radixkv.tree import Descent, Tree, TreeNode, depth_first
 
 
 class MambaPool(Protocol):
@@ -91,7 +91,7 @@ class MambaStates(Part[MambaTreeNode]):
         tree.on_split.append(self._split)
         tree.on_touched.append(self._touched)
         self.full_lru = RecencyOrder(tree)
-        self._slot_ids = torch.arange(0)  # what each node's ``mamba_value`` is a slice of
+        self._slot_ids: dict[int, torch.Tensor] = {}  # each slot's ``mamba_value``
         self.reset()
 
     def reset(self) -> None:
@@ -156,12 +156,13 @@ class MambaStates(Part[MambaTreeNode]):
         self._evictable += 1  # a node without state holds no mamba lock
 
     def _slot_tensor(self, slot: int) -> torch.Tensor:
-        """``tensor([slot])``, as a view of one ``arange`` of slot ids grown by doubling:
-        building a tensor from a Python list takes torch's slow path (about 20 µs a call in
-        a busy replay, against one for a slice)."""
-        if slot >= len(self._slot_ids):
-            self._slot_ids = torch.arange(max(2 * len(self._slot_ids), slot + 1, 64))
-        return piece(self._slot_ids, slot, slot + 1)
+        """``tensor([slot])``, made once per slot and handed to each node that holds it in
+        turn (its content never changes): a new small tensor costs an allocation or two,
+        which a busy serving process pays at several µs each."""
+        named = self._slot_ids.get(slot)
+        if named is None:
+            named = self._slot_ids[slot] = torch.tensor([slot], dtype=torch.int64)
+        return named
 
     # ---- the tree's hooks ------------------------------------------------------------------
 
