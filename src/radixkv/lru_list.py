@@ -126,8 +126,9 @@ class LRUList:
         current: MambaTreeNode | None = node
         while current is not None and current is not root:
             if current in self:
-                self._unlink(current)
-                self._splice_after(anchor, current)
+                if self._after(anchor) is not current:  # else it is in place already
+                    self._unlink(current)
+                    self._splice_after(anchor, current)
                 anchor = current
             current = cast("MambaTreeNode | None", current.parent)
 
