@@ -18,7 +18,7 @@ from typing import Any, Unpack, cast
 
 import torch
 
-from radixkv.arguments import insert_keywords
+from radixkv.arguments import InsertKeywords, insert_keywords, state_slot
 from radixkv.base import InsertResult, MatchResult, RadixKey
 from radixkv.lru_list import LRUList
 from radixkv.mamba_node import MambaTreeNode
@@ -139,8 +139,12 @@ class MambaRadixCache(RadixCache):
         slot (a leaf without state could never be matched). ``prev_prefix_len`` and
         ``swa_evicted_seqlen`` are checked and mean nothing here: there is no sliding window.
         """
-        keywords = insert_keywords({**kwargs, "mamba_value": mamba_value})
-        return self._insert(key, value, keywords._replace(prev_prefix_len=0, swa_evicted_seqlen=0))
+        if kwargs:
+            checked = insert_keywords({**kwargs, "mamba_value": mamba_value})
+            keywords = checked._replace(prev_prefix_len=0, swa_evicted_seqlen=0)
+        else:  # the common call: only the slot to check
+            keywords = InsertKeywords(0, 0, state_slot(mamba_value), 0)
+        return self._insert(key, value, keywords)
 
     def dec_lock_ref(self, node: Any, **kwargs: Any) -> None:  # type: ignore[override]  # the seed's signature
         """Undo one ``inc_lock_ref(node)``; an unlock that no lock matches is a LockError.
