@@ -11,7 +11,7 @@ stubs only for what this path never calls); it runs in its own process, apart fr
 ``bench.py``, whose sglang loader stubs other modules. sglang's ``PureSWARadixCache`` (every
 layer SWA) is its classic ``RadixCache`` with another ``evict``: ``bench.py``'s rows are its
 rows. sglang's Mamba cache needs its device state pools (``HybridReqToTokenPool``); no CPU
-path drives it, so no Mamba row is here.
+path drives it: ``bench_mamba.py`` times radixkv's Mamba cache against pymllm's.
 
 One replay per cache over ``bench.py``'s seeded trace, every cache handed fresh
 ``array('q')`` keys built outside the timed calls. Per request, the scheduler this script
