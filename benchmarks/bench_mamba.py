@@ -14,7 +14,10 @@ callers hold, built fresh and outside the timed calls: radixkv a fresh ``array('
 prompt + output, the match limited by ``RadixKey(limit=len(prompt) - 1)``; pymllm fresh
 ``list``s (its ``RadixKey`` holds a list), the prompt cut to ``len(prompt) - 1`` and the
 inserted key cut to whole pages by the caller, since pymllm's ``insert`` would store an
-unaligned tail (radixkv's drops it). Per request the scheduler matches (plain: no
+unaligned tail (radixkv's drops it). The insert's arguments are built untimed too, in each
+cache's callers' form: radixkv the pool's index tensor and the slot as an int (what
+``MambaStatePool`` hands out), pymllm the tensor cut to the aligned key and the slot as a
+one-element tensor. Per request the scheduler matches (plain: no
 copy-on-write, which pymllm lacks), locks the match, evicts what the KV pool and the state
 pool lack, allocates the new tokens' KV indices and one state slot (the request's state),
 inserts prompt + output with ``mamba_value=`` that slot, unlocks, and frees what stayed its
@@ -111,7 +114,7 @@ class KvPool:
 
 
 class MambaCache(Protocol):
-    """What the scheduler calls; ``keys`` and ``adopted`` are untimed."""
+    """What the scheduler calls; ``keys``, ``insert_args`` and ``adopted`` are untimed."""
 
     name: str
 
@@ -126,8 +129,11 @@ class MambaCache(Protocol):
 
     def evict(self, num_tokens: int, slots: int) -> None: ...
 
+    def insert_args(self, key: Sequence[int], value: torch.Tensor, slot: int) -> tuple[Any, Any]:
+        """(indices, state) for ``insert``, as the cache's callers hold them."""
+
     def insert(
-        self, key: Sequence[int], extra_key: str | None, value: torch.Tensor, slot: int
+        self, key: Sequence[int], extra_key: str | None, value: Any, state: Any
     ) -> tuple[int, bool, Any]:
         """(prefix_len, mamba_exist, end node)."""
 
@@ -167,10 +173,13 @@ class RadixkvMamba:
     def evict(self, num_tokens: int, slots: int) -> None:
         self.cache.evict(num_tokens, slots)
 
+    def insert_args(self, key: Sequence[int], value: torch.Tensor, slot: int) -> tuple[Any, Any]:
+        return value, slot  # radixkv takes the slot as an int and drops an unaligned tail
+
     def insert(
-        self, key: Sequence[int], extra_key: str | None, value: torch.Tensor, slot: int
+        self, key: Sequence[int], extra_key: str | None, value: Any, state: Any
     ) -> tuple[int, bool, Any]:
-        got = self.cache.insert(RadixKey(key, extra_key), value, mamba_value=slot)
+        got = self.cache.insert(RadixKey(key, extra_key), value, mamba_value=state)
         return got.prefix_len, got.mamba_exist, got.last_node
 
     def adopted(self, node: Any, slot: int) -> bool:
@@ -214,11 +223,15 @@ class PymllmMamba:
     def evict(self, num_tokens: int, slots: int) -> None:
         self.cache.evict(num_tokens, slots)
 
+    def insert_args(self, key: Sequence[int], value: torch.Tensor, slot: int) -> tuple[Any, Any]:
+        # pymllm's callers hold the slot as a one-element tensor and cut the value to the
+        # aligned key (its insert would store an unaligned tail): built untimed, as keys are.
+        return value[: len(key)], torch.tensor([slot], dtype=torch.int64)
+
     def insert(
-        self, key: Sequence[int], extra_key: str | None, value: torch.Tensor, slot: int
+        self, key: Sequence[int], extra_key: str | None, value: Any, state: Any
     ) -> tuple[int, bool, Any]:
-        state = torch.tensor([slot], dtype=torch.int64)
-        got = self.cache.insert(self._key(key, extra_key), value[: len(key)], mamba_value=state)
+        got = self.cache.insert(self._key(key, extra_key), value, mamba_value=state)
         return int(got.prefix_len), bool(got.mamba_exist), got.last_node
 
     def adopted(self, node: Any, slot: int) -> bool:
@@ -353,8 +366,9 @@ class Scheduler:
         value = torch.cat([got.indices[: got.prefix_len], kv.alloc(need)])
         slot = self.slots.alloc_track_slot()
         assert slot is not None  # make_room freed one
+        indices, state = cache.insert_args(insert_key, value, slot)  # untimed
         t = self.clock()
-        inserted, exist, node = cache.insert(insert_key, request.extra_key, value, slot)
+        inserted, exist, node = cache.insert(insert_key, request.extra_key, indices, state)
         t = self.timed("insert", t)
         cache.unlock(got.node, token)
         self.timed("lock", t)
