@@ -187,8 +187,8 @@ def piece(value: torch.Tensor, start: int, end: int | None) -> torch.Tensor:
     """``value[start:end]``, sharing its memory, without autograd's view record.
 
     A plain slice is a view that remembers its base for autograd (about 400 bytes more per
-    tensor, resident as long as the node is: a third of a node's overhead); the tree's
-    index tensors never take part in autograd, so the halves of a split are detached.
+    tensor, resident as long as the node is); the tree's index tensors never take part in
+    autograd, so the halves of a split are detached.
     """
     return value[start:end].detach()
 
@@ -334,7 +334,8 @@ class Tree(Generic[N]):
     evictable leaves (unlocked, childless, not the root) are kept in a set, with a lazy
     heap ordered by the eviction policy's key (eviction.py; LRU: ``TreeNode.recency``)
     from which ``lru_leaf`` pops. A leaf's key changes only on a touched path, and
-    ``touch`` re-queues it, so callers update hits or priority *before* touching.
+    ``touch`` re-queues it (into a set the heap takes in when an eviction next asks), so
+    callers update hits or priority *before* touching.
     """
 
     def __init__(
