@@ -153,8 +153,8 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "match-does-not-refresh-recency",
         CACHE,
-        "re-queues the leaf (LFU)\n        self.tree.touch(node)\n",
-        "re-queues the leaf (LFU)\n",
+        "next queues the leaf\n        self.tree.touch(node)\n",
+        "next queues the leaf\n",
         # The ci machine no longer finds this one (on 7f00910 either): the recency tests do.
         f"{RADIX_MACHINE} tests/test_evict.py",
     ),
@@ -602,6 +602,8 @@ KIT_FAMILIES: tuple[Mutant, ...] = (
 
 EVICTION = "src/radixkv/eviction.py"
 POLICY_TESTS = "tests/test_eviction_policies.py tests/test_policy_profiles.py"
+# (A match may count its hits before or after the touch: the heap reads a leaf's key when an
+# eviction takes the queued leaves in, so the mutant that swapped the two is no bug now.)
 # Eviction policies (SPEC.md §6a): one bug per policy, and the lazy heap under a changing key.
 POLICY_FAMILY: tuple[Mutant, ...] = (
     Mutant(
@@ -609,17 +611,6 @@ POLICY_FAMILY: tuple[Mutant, ...] = (
         EVICTION,
         "        return (node.hit_count, node.last_access_time, node.id)",
         "        return (0, node.last_access_time, node.id)",
-        POLICY_TESTS,
-    ),
-    Mutant(
-        "lfu-hit-counted-after-the-touch",
-        CACHE,
-        "        for visited in path:\n"
-        "            visited.hit_count += 1  # before the touch, which re-queues the leaf (LFU)\n"
-        "        self.tree.touch(node)\n",
-        "        self.tree.touch(node)\n"
-        "        for visited in path:\n"
-        "            visited.hit_count += 1\n",
         POLICY_TESTS,
     ),
     Mutant(

@@ -24,6 +24,24 @@ def test_evicts_least_recently_used_leaf_first(harness: CacheHarness) -> None:
     assert h.cache.total_size() == 0
 
 
+def test_a_leaf_touched_after_an_eviction_is_not_taken_by_its_older_heap_entry(
+    harness: CacheHarness,
+) -> None:
+    """The first eviction queues every leaf in the heap; touching one afterwards leaves its
+    old entry behind, on top. The next eviction must see that entry is stale and take the
+    least recently used leaf, not the one just touched."""
+    h = harness
+    h.put([9])  # t=1, the first victim
+    a = h.put([1]).last_node  # t=2
+    b = h.put([2]).last_node  # t=3
+    h.put([3])  # t=4
+    assert h.cache.evict(1) == EvictResult(full_evicted=1)  # [9]; a, b, c in the heap
+    h.match([1])  # a is now the most recent; its heap entry (t=2) is stale
+    h.cache.evict(1)
+    assert h.evicted_ids[-1] == b.id
+    assert not a.evicted
+
+
 def test_a_parent_left_childless_becomes_a_candidate(harness: CacheHarness) -> None:
     h = harness
     leaf = h.put([1, 2, 3, 4]).last_node  # t=1

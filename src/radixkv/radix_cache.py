@@ -206,7 +206,7 @@ class RadixCache(BasePrefixCache):
             if not usable:  # no slot to copy the state into: a hit is unusable
                 path, node = [], self.root
         for visited in path:
-            visited.hit_count += 1  # before the touch, which re-queues the leaf (LFU)
+            visited.hit_count += 1  # LFU's key, read when an eviction next queues the leaf
         self.tree.touch(node)
         values = [n.value for n in path if n.value is not None]
         indices = torch.cat(values) if values else self._no_indices
