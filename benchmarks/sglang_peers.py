@@ -99,6 +99,12 @@ def _function_from_source(path: str, name: str) -> Any:
 
 @functools.cache
 def _sglang_root() -> Path:
+    """The folder holding sglang's package. Another loader (the kit's, behind ``radixkv
+    replay --compare sglang``) may have put a bare shell of the package in ``sys.modules``
+    already, without a spec: its ``__path__`` says where the package is."""
+    loaded = sys.modules.get("sglang")
+    if loaded is not None and getattr(loaded, "__path__", None):
+        return Path(next(iter(loaded.__path__))).parent
     spec = importlib.util.find_spec("sglang")
     if spec is None or spec.origin is None:
         raise ImportError("sglang is not installed (pip install --no-deps sglang==0.5.23)")
@@ -116,7 +122,22 @@ class _NoStreamingSessions:
         return None
 
 
+def _drop_foreign_stubs() -> None:
+    """The driver's own sglang cache (``radixkv replay --compare sglang``) is loaded by the
+    conformance kit's loader, which stubs modules this one imports for real (the Rust
+    controller's allocator package, for one). Drop those stubs from ``sys.modules`` so the
+    real modules load; a module already imported keeps what it took from them."""
+    try:
+        from radixkv_conformance.adapters._sglang_import import Stub
+    except ImportError:  # no kit installed: no other loader ran
+        return
+    for name, module in list(sys.modules.items()):
+        if name.startswith("sglang.") and name not in _STUBS and isinstance(module, Stub):
+            del sys.modules[name]
+
+
 def _load(*modules: str) -> list[Any]:
+    _drop_foreign_stubs()
     root = _sglang_root()
     for name in _SHELLS:
         if name not in sys.modules:

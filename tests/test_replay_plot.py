@@ -3,7 +3,10 @@ numbers on stdout; and ``radixkv replay --help`` in plain text with its defaults
 
 from __future__ import annotations
 
+import importlib.util
 import itertools
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -81,6 +84,40 @@ def test_a_peer_by_module_and_factory_is_registered_under_its_name() -> None:
     finally:
         CACHES.pop("renamed-peer", None)
         globals().pop("Renamed")
+
+
+BOTH_SGLANG_TREES = """
+from radixkv_conformance import cli
+from radixkv.driver.replay import resolve_cache
+from radixkv.driver.scheduler import replay
+from radixkv.driver.workload import WorkloadConfig, generate
+
+cli._parser()  # registers "sglang" (the kit's adapter), as `radixkv replay` does
+requests = list(generate(WorkloadConfig(seed=3, requests=24, prompt_len=64)))
+for name in ("sglang", "benchmarks.sglang_peers:SglangRustReplay"):  # the kit's loader first
+    report = replay(resolve_cache(name), requests, page_size=1, pool_size=64 * 8)
+    print(report.requests)
+"""
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("sglang") is None or importlib.util.find_spec("msgspec") is None,
+    reason="needs the sglang wheel and msgspec (pip install --no-deps sglang==0.5.23 msgspec)",
+)
+def test_sglang_and_then_its_rust_core_replay_in_one_process() -> None:
+    """``--compare sglang --compare benchmarks.sglang_peers:SglangRustReplay``: the kit's
+    loader stubs modules the benchmark's loader needs for real (the Rust controller's
+    allocator package); in that order both trees still load and replay. A fresh process:
+    what an earlier test loaded must not decide it."""
+    done = subprocess.run(
+        [sys.executable, "-c", BOTH_SGLANG_TREES],
+        cwd=Path(__file__).resolve().parent.parent,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["24", "24"]
 
 
 def test_the_plot_puts_every_cache_on_the_same_axes_with_readable_ticks() -> None:
