@@ -101,8 +101,9 @@ for name in ("sglang", "benchmarks.sglang_peers:SglangRustReplay"):  # the kit's
 
 
 @pytest.mark.skipif(
-    importlib.util.find_spec("sglang") is None or importlib.util.find_spec("msgspec") is None,
-    reason="needs the sglang wheel and msgspec (pip install --no-deps sglang==0.5.23 msgspec)",
+    any(importlib.util.find_spec(m) is None for m in ("sglang", "msgspec", "numpy")),
+    reason="sglang's Rust controller needs the sglang wheel, msgspec and numpy "
+    "(pip install --no-deps sglang==0.5.23 msgspec numpy)",
 )
 def test_sglang_and_then_its_rust_core_replay_in_one_process() -> None:
     """``--compare sglang --compare benchmarks.sglang_peers:SglangRustReplay``: the kit's
