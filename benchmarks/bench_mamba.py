@@ -149,7 +149,22 @@ class Matched:
     node: Any
 
 
-class RadixkvMamba:
+class SeedLocks:
+    """lock, unlock and evict: the seed's calls, the same for both caches."""
+
+    cache: Any
+
+    def lock(self, node: Any) -> Any:
+        return self.cache.inc_lock_ref(node)
+
+    def unlock(self, node: Any, token: Any) -> None:
+        self.cache.dec_lock_ref(node)
+
+    def evict(self, num_tokens: int, slots: int) -> None:
+        self.cache.evict(num_tokens, slots)
+
+
+class RadixkvMamba(SeedLocks):
     name = "radixkv"
 
     def __init__(self, page_size: int, kv: KvPool, slots: MambaStatePool) -> None:
@@ -163,15 +178,6 @@ class RadixkvMamba:
         got = self.cache.match_prefix(RadixKey(key, extra_key, limit=limit))
         kv_len = max(got.prefix_len, got.mamba_branching_seqlen or 0)
         return Matched(got.prefix_len, kv_len, got.indices, got.last_node)
-
-    def lock(self, node: Any) -> Any:
-        return self.cache.inc_lock_ref(node)
-
-    def unlock(self, node: Any, token: Any) -> None:
-        self.cache.dec_lock_ref(node)
-
-    def evict(self, num_tokens: int, slots: int) -> None:
-        self.cache.evict(num_tokens, slots)
 
     def insert_args(self, key: Sequence[int], value: torch.Tensor, slot: int) -> tuple[Any, Any]:
         return value, slot  # radixkv takes the slot as an int and drops an unaligned tail
@@ -194,7 +200,7 @@ def pymllm_module() -> Any:
     return import_module("mamba_radix_cache")
 
 
-class PymllmMamba:
+class PymllmMamba(SeedLocks):
     name = "pymllm"
 
     def __init__(self, page_size: int, kv: KvPool, slots: MambaStatePool) -> None:
@@ -213,15 +219,6 @@ class PymllmMamba:
         got = self.cache.match_prefix(self._key(key, extra_key))
         prefix_len = int(got.prefix_len)
         return Matched(prefix_len, prefix_len, got.indices, got.last_node)
-
-    def lock(self, node: Any) -> Any:
-        return self.cache.inc_lock_ref(node)
-
-    def unlock(self, node: Any, token: Any) -> None:
-        self.cache.dec_lock_ref(node)
-
-    def evict(self, num_tokens: int, slots: int) -> None:
-        self.cache.evict(num_tokens, slots)
 
     def insert_args(self, key: Sequence[int], value: torch.Tensor, slot: int) -> tuple[Any, Any]:
         # pymllm's callers hold the slot as a one-element tensor and cut the value to the

@@ -15,14 +15,14 @@ numpy (a component's time counter) are real: the Rust core's path uses them.
 from __future__ import annotations
 
 import ast
-import functools
 import importlib
-import importlib.util
 import sys
 import types
 from array import array
-from pathlib import Path
 from typing import Any
+
+from radixkv_conformance.adapters._sglang_import import Stub as KitStub
+from radixkv_conformance.adapters._sglang_import import sglang_root
 
 from radixkv.driver.replay import SglangReplay, sglang_factory
 
@@ -89,26 +89,12 @@ _REAL = {
 
 
 def _function_from_source(path: str, name: str) -> Any:
-    source = _sglang_root().joinpath(path).read_text()
+    source = sglang_root().joinpath(path).read_text()
     tree = ast.parse(source)
     (func,) = (n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == name)
     namespace: dict[str, Any] = {"array": array}
     exec(compile(ast.Module([func], []), path, "exec"), namespace)
     return namespace[name]
-
-
-@functools.cache
-def _sglang_root() -> Path:
-    """The folder holding sglang's package. Another loader (the kit's, behind ``radixkv
-    replay --compare sglang``) may have put a bare shell of the package in ``sys.modules``
-    already, without a spec: its ``__path__`` says where the package is."""
-    loaded = sys.modules.get("sglang")
-    if loaded is not None and getattr(loaded, "__path__", None):
-        return Path(next(iter(loaded.__path__))).parent
-    spec = importlib.util.find_spec("sglang")
-    if spec is None or spec.origin is None:
-        raise ImportError("sglang is not installed (pip install --no-deps sglang==0.5.23)")
-    return Path(spec.origin).parent.parent
 
 
 class _NoStreamingSessions:
@@ -127,18 +113,14 @@ def _drop_foreign_stubs() -> None:
     conformance kit's loader, which stubs modules this one imports for real (the Rust
     controller's allocator package, for one). Drop those stubs from ``sys.modules`` so the
     real modules load; a module already imported keeps what it took from them."""
-    try:
-        from radixkv_conformance.adapters._sglang_import import Stub
-    except ImportError:  # no kit installed: no other loader ran
-        return
     for name, module in list(sys.modules.items()):
-        if name.startswith("sglang.") and name not in _STUBS and isinstance(module, Stub):
+        if name.startswith("sglang.") and name not in _STUBS and isinstance(module, KitStub):
             del sys.modules[name]
 
 
 def _load(*modules: str) -> list[Any]:
     _drop_foreign_stubs()
-    root = _sglang_root()
+    root = sglang_root()
     for name in _SHELLS:
         if name not in sys.modules:
             shell = _Stub(name)

@@ -220,9 +220,9 @@ class MambaStates(Part[MambaTreeNode]):
                 delete(node, result)
 
     def _drop(self, node: MambaTreeNode, result: EvictResult) -> None:
-        self._free_slot(node)
         slot = node.slot
         assert slot is not None and node.mamba_lock_ref == 0
+        self._free_slot(slot)
         node.mamba_value = None
         del self.slots[slot]
         self.mamba_lru.remove(node)
@@ -231,11 +231,10 @@ class MambaStates(Part[MambaTreeNode]):
 
     def dropped(self, node: MambaTreeNode) -> None:
         """``reset``: give ``node``'s slot back to the pool; the node holds no state now."""
-        self._free_slot(node)
+        self._free_slot(node.slot)
         node.mamba_value = None
 
-    def _free_slot(self, node: MambaTreeNode) -> None:
-        slot = node.slot
+    def _free_slot(self, slot: int | None) -> None:
         if self.pool is not None and slot is not None:
             self.pool.free_track_slot(slot)
 
