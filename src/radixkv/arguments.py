@@ -98,18 +98,31 @@ def require_no_boundary(swa_boundary_id: object) -> None:
 def aligned_value(key: KeyRead, value: object, device: torch.device) -> torch.Tensor:
     """The KV indices, int64 on ``device``, of which the first ``key.length`` are the key's;
     ``value`` itself if it is int64 on ``device`` (not even sliced: callers read only the
-    key's part, by position).
+    key's part, by position). ``check_value`` says what is refused.
 
-    ``None`` stands for "the token ids are the indices" (a test convenience). Callers pass
-    views of request rows they go on overwriting: whatever part the tree keeps, the cache
-    copies when it stores it.
+    Callers pass views of request rows they go on overwriting: whatever part the tree
+    keeps, the cache copies when it stores it.
     """
-    n = key.length
     if value is None:
-        tokens = key.tokens()
-        if any(isinstance(t, tuple) for t in tokens):
-            raise UsageError("value=None needs int token ids; bigram keys need a value")
-        return torch.tensor(tokens, dtype=torch.int64, device=device)
+        return torch.tensor(_ids_as_indices(key), dtype=torch.int64, device=device)
+    checked = check_value(key, value)
+    assert checked is not None
+    if checked.dtype is torch.int64 and checked.device == device:
+        return checked  # the common case; ``to`` would return it too, at twice the cost
+    return checked[: key.length].to(device=device, dtype=torch.int64)
+
+
+def check_value(key: KeyRead, value: object) -> torch.Tensor | None:
+    """``value`` checked as the KV indices of an insert of ``key``, nothing copied or moved:
+    every cache's one check of it (ChunkCache, which keeps nothing, included).
+
+    A 1-D integer tensor (not bool) with at least one index per token of the aligned key
+    (``key.length``). ``None`` stands for "the token ids are the indices" (a test
+    convenience), which needs int token ids.
+    """
+    if value is None:
+        _ids_as_indices(key)
+        return None
     if not isinstance(value, torch.Tensor):
         raise TokenTypeError(f"value must be a torch.Tensor, got {type(value).__name__}")
     if value.dim() != 1 or not _is_integer(value.dtype):
@@ -117,11 +130,17 @@ def aligned_value(key: KeyRead, value: object, device: torch.device) -> torch.Te
             f"value must be a 1-D integer tensor, got {value.dtype}{tuple(value.shape)}"
         )
     given = value.numel()
-    if given < n:
-        raise UsageError(f"value has {given} indices for {n} aligned tokens")
-    if value.dtype is torch.int64 and value.device == device:
-        return value  # the common case; ``to`` would return it too, at twice the cost
-    return value[:n].to(device=device, dtype=torch.int64)
+    if given < key.length:
+        raise UsageError(f"value has {given} indices for {key.length} tokens (the aligned key)")
+    return value
+
+
+def _ids_as_indices(key: KeyRead) -> tuple[int, ...]:
+    """The aligned key's token ids, to serve as its indices (``value=None``)."""
+    tokens = key.tokens()
+    if any(isinstance(t, tuple) for t in tokens):
+        raise UsageError("value=None needs int token ids; bigram keys need a value")
+    return cast("tuple[int, ...]", tokens)
 
 
 def state_slot(mamba_value: object) -> int | None:

@@ -1,8 +1,10 @@
 """ChunkCache: the no-op prefix cache, for models or modes that cannot share prefixes.
 
 It matches nothing, caches nothing and frees nothing: the caller keeps every KV index it
-allocated and frees it itself. Calls are still validated like RadixCache's (a bad key or a
-value shorter than the key is a usage error), so switching caches never hides a caller bug.
+allocated and frees it itself. Calls are still validated by RadixCache's own checks
+(``read_key`` for keys, ``check_value`` for values, arguments.py for the rest), so every
+call RadixCache refuses this cache refuses too, with the same error type, and switching
+caches never hides a caller bug. It hands out no nodes: a lock or unlock takes ``None``.
 It has no ``page_size`` attribute on purpose: callers detect it with
 ``hasattr(cache, "page_size")``.
 """
@@ -14,6 +16,7 @@ from typing import Any
 import torch
 
 from radixkv.arguments import (
+    check_value,
     insert_keywords,
     require_bool,
     require_int,
@@ -28,8 +31,9 @@ from radixkv.base import (
     RadixKey,
     empty_indices,
 )
-from radixkv.errors import TokenTypeError, UsageError
-from radixkv.keys import key_ids, limit_of, validate_tokens
+from radixkv.errors import StaleNodeError, TokenTypeError
+from radixkv.keys import read_key
+from radixkv.tree import TreeNode
 
 
 class ChunkCache(BasePrefixCache):
@@ -51,7 +55,8 @@ class ChunkCache(BasePrefixCache):
         ``cow`` is checked (a bool) and means nothing: there is no state to copy.
         """
         require_bool("cow", cow)
-        _validate_key(key)
+        with read_key(key, 1, True) as found:
+            found.require_valid_from(0)  # as RadixCache's match of an empty tree checks it
         return MatchResult(indices=empty_indices(self.device), last_node=None, prefix_len=0)
 
     def insert(
@@ -63,12 +68,9 @@ class ChunkCache(BasePrefixCache):
         ``mamba_value``) and checks it, so a scheduler written for RadixCache runs unchanged.
         """
         insert_keywords(kwargs)
-        n = len(_validate_key(key))
-        if value is not None:
-            if not isinstance(value, torch.Tensor):
-                raise TokenTypeError(f"value must be a torch.Tensor, got {type(value).__name__}")
-            if value.numel() < n:
-                raise UsageError(f"value has {value.numel()} indices for {n} tokens")
+        with read_key(key, 1, True) as found:  # RadixCache's checks, in RadixCache's order
+            check_value(found, value)
+            found.require_valid_from(0)  # what RadixCache would store, checked
         return InsertResult()
 
     def evict(self, num_tokens: int, swa_num_tokens: int = 0) -> EvictResult:
@@ -78,16 +80,23 @@ class ChunkCache(BasePrefixCache):
         return EvictResult()
 
     def inc_lock_ref(self, node: Any) -> None:
-        """There are no nodes to protect; returns ``None``."""
-        return None
+        """There are no nodes to protect: takes ``None`` (what ``match_prefix`` and
+        ``insert`` return as ``last_node``) and returns ``None``."""
+        _require_no_node(node)
 
     def dec_lock_ref(self, node: Any, **kwargs: Any) -> None:
-        """Nothing was locked; a no-op. ``swa_boundary_id=`` must be what ``inc_lock_ref``
-        returned: ``None``."""
-        require_no_boundary(unlock_boundary(kwargs))
+        """Nothing was locked; a no-op. ``node`` must be ``None`` and ``swa_boundary_id=``
+        what ``inc_lock_ref`` returned: ``None``."""
+        boundary = unlock_boundary(kwargs)
+        _require_no_node(node)
+        require_no_boundary(boundary)
 
 
-def _validate_key(key: object) -> tuple[object, ...]:
-    if not isinstance(key, RadixKey):
-        raise TokenTypeError(f"key must be a RadixKey, got {type(key).__name__}")
-    return validate_tokens(key_ids(key.token_ids, limit_of(key)))
+def _require_no_node(node: object) -> None:
+    """A ChunkCache hands out no node, so any node is another cache's: the usage errors
+    RadixCache raises for a node that is not its own."""
+    if node is None:
+        return
+    if not isinstance(node, TreeNode):
+        raise TokenTypeError(f"expected a TreeNode or None, got {type(node).__name__}")
+    raise StaleNodeError(f"node {node.id} does not belong to this cache (a ChunkCache has none)")

@@ -24,6 +24,7 @@ from radixkv.arguments import (
     reject_unknown,
     require_bool,
     require_int,
+    require_no_boundary,
 )
 from radixkv.base import (
     BasePrefixCache,
@@ -382,6 +383,7 @@ class RadixCache(BasePrefixCache):
         """Undo one ``inc_lock_ref(node)``; an unlock that no lock matches is a LockError."""
         reject_unknown(kwargs)
         if node is None or node is self.root:
+            require_no_boundary(swa_boundary_id)  # inc_lock_ref returned None for it
             return
         node = self.tree.require_live(node)
         if node.held_locks == 0:
