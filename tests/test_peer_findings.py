@@ -208,3 +208,49 @@ def test_the_rust_core_events_adapter_reports_the_binding_queue_in_wire_form() -
     assert removed == [Removed(stored[0].block_hashes)]
     cache.reset()  # the binding records nothing here; sglang's cache asks for the clear
     assert [parse_record(record) for record in cache.take_events()] == [Cleared()]
+
+
+# -- what follows a vector's failing step (a replay ends where the engine raised) ---------
+
+
+def test_sglang_rust_unlock_held_by_child_then_the_correct_unlock_poisons_the_core() -> None:
+    cache = _peer("sglang_rust").factory(1, Host())
+    parent = cache.insert((0,), None, (0,))[1]
+    child = cache.insert((0, 1), None, (0, 1))[1]
+    token = cache.lock(child)
+    cache.unlock(parent, None)  # no lock names [0]: accepted (sglang_rust_unlock_held_by_child)
+    assert tuple(cache.sizes()) == (1, 1, 2)  # [0] counted evictable under a locked child
+    with pytest.raises(RuntimeError, match="lock_ref=0"):
+        cache.unlock(child, token)  # the correct unlock panics
+    with pytest.raises(RuntimeError, match="mutex poisoned"):
+        cache.sizes()
+
+
+def test_sglang_rust_events_negative_token_poisons_the_core() -> None:
+    cache = _peer("sglang_rust_events").factory(1, Host())
+    cache.insert((1, 2), None, (10, 11))
+    with pytest.raises(RuntimeError, match="non-negative int64"):
+        cache.insert((-1,), None, (12,))  # sglang_rust_events_negative_token_poisons.json
+    for valid_call in (
+        lambda: cache.match((1, 2), None),
+        lambda: cache.insert((3,), None, (13,)),
+        cache.take_events,
+    ):
+        with pytest.raises(RuntimeError, match="mutex poisoned"):
+            valid_call()
+
+
+@pytest.mark.parametrize(
+    ("tokens", "namespace", "error"),
+    [((0, -1), None, IndexError), ((0,), 5, AttributeError)],
+    ids=["negative-token", "int-extra-key"],
+)
+def test_sglang_events_bad_insert_stores_the_node_without_block_stored(
+    tokens: tuple[int, ...], namespace: Any, error: type[Exception]
+) -> None:
+    cache = _peer("sglang_events").factory(1, Host())
+    indices = tuple(range(10, 10 + len(tokens)))
+    with pytest.raises(error):  # sglang_events_{negative_token,extra_key}_insert.json
+        cache.insert(tokens, namespace, indices)
+    assert cache.match(tokens, namespace)[0] == indices  # cached and matchable
+    assert cache.take_events() == []  # but no BlockStored: a router never learns it
