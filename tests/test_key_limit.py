@@ -102,8 +102,9 @@ def test_a_limited_key_is_its_slice_in_every_cache_call(
     with build(compiled):
         for prompt in PROMPTS:
             for cut in range(len(prompt) + 3):  # through the whole prompt, and past its end
-                value = torch.arange(next_index, next_index + len(prompt))
-                next_index += len(prompt)
+                n = min(cut, len(prompt))  # one index per token of the key (SPEC.md, insert)
+                value = torch.arange(next_index, next_index + n)
+                next_index += n
                 a = RadixKey(make(prompt), "ns", limit=cut)
                 b = RadixKey(make(prompt[:cut]), "ns")
                 assert _match(limited, a) == _match(sliced, b)
@@ -242,8 +243,9 @@ def test_random_limited_keys_act_as_their_slices_on_both_builds(
     caches = {(b, form): RadixCache(page_size) for b in builds for form in ("limit", "slice")}
     next_index = 0
     for op, ids, container, limit in ops:
-        value = torch.arange(next_index, next_index + len(ids))
-        next_index += len(ids)
+        n = len(ids[:limit])  # one index per token of the key (SPEC.md, insert)
+        value = torch.arange(next_index, next_index + n)
+        next_index += n
         seen = {}
         for (compiled, form), cache in caches.items():
             key = (

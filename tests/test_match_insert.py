@@ -328,10 +328,28 @@ def test_value_none_uses_the_token_ids_as_indices() -> None:
 
 
 def test_value_longer_than_the_aligned_key_uses_its_first_entries() -> None:
+    """The unaligned tail's index (12) stays the caller's: it frees it (SPEC.md, insert)."""
     cache = RadixCache(page_size=2)
-    insert(cache, [1, 2, 3], [10, 11, 12, 13, 14])
+    insert(cache, [1, 2, 3], [10, 11, 12])
     assert ids(match(cache, [1, 2, 3, 4]).indices) == [10, 11]
     assert cache.total_size() == 2
+
+
+@pytest.mark.parametrize("page_size", [1, 2, 4])
+@pytest.mark.parametrize("tokens", [[1, 2, 3], [1, 2, 3, 4], []])
+def test_value_longer_than_the_key_is_a_usage_error(page_size: int, tokens: list[int]) -> None:
+    """More indices than tokens is a caller bug: no cache would ever free the extra ones
+    (SPEC.md, insert: issue 30). Refused before any change, whatever the alignment."""
+    cache = RadixCache(page_size=page_size)
+    insert(cache, [7, 8, 9, 10], [70, 80, 90, 100])
+    before = snapshot(cache)
+    value = torch.arange(100, 101 + len(tokens))
+    with pytest.raises(UsageError, match=f"{len(tokens) + 1} indices for a key of {len(tokens)}"):
+        cache.insert(RadixKey(tokens), value)
+    with pytest.raises(UsageError, match="indices for a key of 2 tokens"):
+        cache.insert(RadixKey([7, 8, 9], limit=2), torch.arange(100, 103))  # the key is [7, 8]
+    assert snapshot(cache) == before
+    assert cache.insert(RadixKey(tokens), value[:-1]).last_node is not None  # one a token
 
 
 def test_integer_values_of_any_width_are_stored_as_int64() -> None:

@@ -97,6 +97,11 @@ CASES: dict[str, Call] = {
     "bigram key, value None": insert(RadixKey([(1, 2), 3])),
     "bigram key, value None, one token": insert(RadixKey([(1, 2)])),
     "bad value and a bad id": insert(RadixKey([1, -2]), torch.tensor([1.0, 2.0])),
+    "short value and a str id": insert(RadixKey([1, "x"]), torch.tensor([5])),  # type: ignore[list-item]
+    # more indices than tokens (SPEC.md, insert: a usage error since issue 30)
+    "long value": insert(KEY, torch.tensor([5, 6, 7])),
+    "long value, limited key": insert(RadixKey([1, 2, 3], limit=2), torch.tensor([5, 6, 7])),
+    "long value, empty key": insert(RadixKey([]), torch.tensor([5])),
     # keywords
     "unknown insert keyword": insert(KEY, torch.tensor([5, 6]), slot=3),
     "negative prev_prefix_len": insert(KEY, torch.tensor([5, 6]), prev_prefix_len=-1),
@@ -159,3 +164,33 @@ def test_a_good_call_passes_every_cache(compiled: bool) -> None:
         for cache in (RadixCache(), MambaRadixCache(), ChunkCache()):
             for call in good:
                 call(cache)
+
+
+BOTH_WRONG: dict[str, Call] = {
+    "str id, short value": insert(RadixKey([1, "x", 3]), torch.tensor([5])),  # type: ignore[list-item]
+    "str id, long value": insert(RadixKey([1, "x"]), torch.tensor([5, 6, 7])),  # type: ignore[list-item]
+    "float id, float value": insert(RadixKey([1.5, 2]), torch.tensor([1.0, 2.0])),  # type: ignore[list-item]
+    "negative id, long value": insert(RadixKey([1, -2]), torch.tensor([5, 6, 7])),
+    "None id, list value": insert(RadixKey([None, 2]), [5, 6]),  # type: ignore[list-item]
+}
+
+
+@pytest.mark.skipif(not native.available(), reason="the C key helpers are not built")
+@pytest.mark.parametrize("case", sorted(BOTH_WRONG))
+@pytest.mark.parametrize(
+    "make", [RadixCache, ChunkCache, MambaRadixCache], ids=lambda c: c.__name__
+)
+def test_a_bad_key_with_a_bad_value_names_the_key_on_both_builds(
+    case: str, make: Callable[[], BasePrefixCache]
+) -> None:
+    """The compiled path checks a list's ids during its walk, the pure one when it reads
+    the key: a value error waits for the key's exact checks, so both name the same fault."""
+    seen = {}
+    for compiled in (True, False):
+        with build(compiled):
+            try:
+                BOTH_WRONG[case](make())
+            except UsageError as error:
+                seen[compiled] = (type(error), str(error))
+    assert seen[True] == seen[False]
+    assert "token" in seen[True][1]  # the key's fault, not the value's

@@ -62,8 +62,10 @@ def test_sglang_35270_and_38941_every_page_has_one_owner(page_size: int) -> None
     """sglang issue #35270 (shared pages counted twice with page_size > 1, so evictable +
     available exceeded the pool) and PR #38941 (two frees sharing one page: double free).
 
-    The caller allocates whole pages, inserts, and frees its duplicate and unaligned pages
-    itself; no page may then be held by two nodes, or by a node and the free list.
+    The caller allocates whole pages, inserts one index per token of them (as sglang passes
+    ``req_to_token[req, :len(tokens)]``; more is a usage error), and frees its duplicate
+    and unaligned pages itself; no page may then be held by two nodes, or by a node and
+    the free list.
     """
     p = page_size
     freed: list[int] = []
@@ -87,9 +89,9 @@ def test_sglang_35270_and_38941_every_page_has_one_owner(page_size: int) -> None
         pages = -(-len(tokens) // p)
         value = torch.arange(next_page * p, (next_page + pages) * p)  # whole pages
         next_page += pages
-        prefix = cache.insert(RadixKey(tokens), value).prefix_len
+        prefix = cache.insert(RadixKey(tokens), value[: len(tokens)]).prefix_len
         aligned = len(tokens) // p * p
-        caller_freed += ids(value[:prefix]) + ids(value[aligned:])
+        caller_freed += ids(value[:prefix]) + ids(value[aligned:])  # the last page's padding too
         held = tree_indices(cache)
         assert len(held) == len(set(held))
         assert not set(held) & set(caller_freed)

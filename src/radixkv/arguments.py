@@ -117,22 +117,46 @@ def check_value(key: KeyRead, value: object) -> torch.Tensor | None:
     every cache's one check of it (ChunkCache, which keeps nothing, included).
 
     A 1-D integer tensor (not bool) with at least one index per token of the aligned key
-    (``key.length``). ``None`` stands for "the token ids are the indices" (a test
-    convenience), which needs int token ids.
+    (``key.length``) and at most one per token of the caller's key (``key.given``): the
+    indices of the unaligned tail stay the caller's to free, but an index for no token at
+    all is a caller bug (SPEC.md, insert). ``None`` stands for "the token ids are the
+    indices" (a test convenience), which needs int token ids.
     """
     if value is None:
         _ids_as_indices(key)
         return None
     if not isinstance(value, torch.Tensor):
-        raise TokenTypeError(f"value must be a torch.Tensor, got {type(value).__name__}")
+        raise _after_key(
+            key, TokenTypeError(f"value must be a torch.Tensor, got {type(value).__name__}")
+        )
     if value.dim() != 1 or not _is_integer(value.dtype):
-        raise TokenTypeError(
-            f"value must be a 1-D integer tensor, got {value.dtype}{tuple(value.shape)}"
+        raise _after_key(
+            key,
+            TokenTypeError(
+                f"value must be a 1-D integer tensor, got {value.dtype}{tuple(value.shape)}"
+            ),
         )
     given = value.numel()
     if given < key.length:
-        raise UsageError(f"value has {given} indices for {key.length} tokens (the aligned key)")
+        raise _after_key(
+            key, UsageError(f"value has {given} indices for {key.length} tokens (the aligned key)")
+        )
+    if given > key.given:
+        raise _after_key(
+            key,
+            UsageError(
+                f"value has {given} indices for a key of {key.given} tokens: at most one per "
+                "token (no cache would free the extra ones)"
+            ),
+        )
     return value
+
+
+def _after_key(key: KeyRead, error: UsageError) -> UsageError:
+    """``error``, to raise once the key is known to be valid: a bad id of the key is
+    reported first, whichever build read it (``KeyRead.check_exact``)."""
+    key.check_exact()
+    return error
 
 
 def _ids_as_indices(key: KeyRead) -> tuple[int, ...]:

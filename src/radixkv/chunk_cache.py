@@ -64,6 +64,9 @@ class ChunkCache(BasePrefixCache):
     ) -> InsertResult:
         """Caches nothing (``prefix_len=0``, ``last_node=None``); the caller keeps ``value``.
 
+        ``value`` is checked as RadixCache checks it: one index per token of ``key`` (a
+        shorter or longer one is a ``UsageError``), a 1-D integer tensor, or ``None``.
+
         Takes every keyword of the family (``prev_prefix_len``, ``swa_evicted_seqlen``,
         ``mamba_value``) and checks it, so a scheduler written for RadixCache runs unchanged.
         """

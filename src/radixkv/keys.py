@@ -317,7 +317,9 @@ class KeyRead:
 
     Positions given to and returned by its methods count tokens; ``data`` and ``shared``
     count items of the key data (bytes when packed, tokens in a tuple), ``width`` a token.
-    Leaving the ``with`` block releases the view of the caller's buffer.
+    ``length`` counts the tokens read (whole pages), ``given`` those of the caller's key
+    (its unaligned tail included: an insert's value may not be longer). Leaving the
+    ``with`` block releases the view of the caller's buffer.
     """
 
     __slots__ = (
@@ -326,6 +328,7 @@ class KeyRead:
         "_token_ids",
         "data",
         "extra_key",
+        "given",
         "length",
         "packed",
         "probe",
@@ -345,6 +348,7 @@ class KeyRead:
         self._limit = limit
         self.extra_key = extra_key
         self._hold(data)
+        self.given = self.length  # tokens of the caller's key, unaligned tail included
         self.unchecked = False  # True: a list read in place, ids not yet checked (``settle``)
         # True for an insert, which stores the part after the walk: ``settle`` checks it by
         # packing it (int32), and ``new_part`` takes that copy, so each id is read once.
@@ -472,6 +476,13 @@ class KeyRead:
         self.settle(0)  # before any walk: a key read again needs none redone
         return decode(self.data)
 
+    def check_exact(self) -> None:
+        """The exact checks on every id of the key: the usage error naming the first bad
+        one, if any. For error paths only: a call refused for another reason (its value)
+        names the key's fault first, on both builds, which otherwise check a key's ids at
+        different points (a list read in place is checked by its walk)."""
+        validate_tokens(key_ids(self._token_ids, self._limit))
+
     def _raise_exact(self) -> None:
         self.release()
         validate_tokens(key_ids(self._token_ids, self._limit))  # raises, naming the first bad id
@@ -507,6 +518,7 @@ def read_key(key: object, page_size: int, packed: bool, *, stores: bool = False)
             )
             read.unchecked = True  # the walk checks the rest (KeyRead.settle)
             read.stores = stores
+            read.given = n
             return read
         data = _key_data(token_ids, packed, limit)  # the reference path decides
     if aligned < n:  # the dropped tail, checked (a tuple was validated whole)
@@ -515,7 +527,9 @@ def read_key(key: object, page_size: int, packed: bool, *, stores: bool = False)
         ):
             KeyRead(data, extra_key, token_ids, limit)._raise_exact()
         data = data[: aligned * width(data)]
-    return KeyRead(data, extra_key, token_ids, limit)
+    read = KeyRead(data, extra_key, token_ids, limit)
+    read.given = n
+    return read
 
 
 def limit_of(key: RadixKey) -> int | None:

@@ -245,11 +245,14 @@ class RadixCache(BasePrefixCache):
         Returns the number of leading aligned tokens that were cached already
         (``prefix_len``) and the node ending at the aligned key. Without a sliding window
         the cache frees nothing: the caller frees its own duplicates in
-        ``[cache_protected_len, prefix_len)``. ``value=None`` uses the token ids as indices
-        (a test convenience). ``prev_prefix_len`` and ``swa_evicted_seqlen`` only matter
-        with a sliding window; ``mamba_value`` (the family's state slot keyword) is checked
-        and stays the caller's. ``priority`` raises every node the key covers to at least
-        that priority (``eviction_policy="priority"`` evicts lower ones first).
+        ``[cache_protected_len, prefix_len)``, and the indices of the key's unaligned tail,
+        which the tree never takes. ``value`` holds one index per token of ``key``: fewer
+        than the aligned key's tokens or more than the key's is a ``UsageError`` (an index
+        for no token would leak; SPEC.md, insert). ``value=None`` uses the token ids as
+        indices (a test convenience). ``prev_prefix_len`` and ``swa_evicted_seqlen`` only
+        matter with a sliding window; ``mamba_value`` (the family's state slot keyword) is
+        checked and stays the caller's. ``priority`` raises every node the key covers to at
+        least that priority (``eviction_policy="priority"`` evicts lower ones first).
         """
         if not _defaults(prev_prefix_len, swa_evicted_seqlen, kwargs):
             keywords = insert_keywords(
