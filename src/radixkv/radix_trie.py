@@ -10,7 +10,8 @@ vocabulary:
   the trie's. Its tree holds them as token tuples (keys.py's tuple form), as given (an
   array's or tensor's as the plain values of ``tolist()``). An unhashable token is a
   ``TokenTypeError``. Only with an ``event_listener`` must stored tokens be token ids:
-  routers recompute the page hashes (SPEC.md §9) from them;
+  routers recompute the page hashes (SPEC.md §9) from them, so the trie then stores (and
+  publishes) them as plain ints (a numpy integer as the int it stands for);
 * values are *blocks*, one per page (a KV page id), **opaque**: the trie returns them as
   given, never compares them, and does not ask that they be distinct (a caller that hands
   one block to two pages gets it back twice; ``get_all_blocks`` returns a set, so a block
@@ -128,7 +129,9 @@ class RadixTrie:
         new_blocks = list(blocks[walk.end // p :])
         _require_hashable(new_blocks)
         if new and self._events is not None:
-            validate_tokens(new)  # routers hash stored pages from their token ids (§9)
+            # Routers hash stored pages from their token ids (§9) and decode them as plain
+            # ints: what is stored (and so published) is the ids as ints, numpy's included.
+            new = validate_tokens(new)
         end = self._end_of(walk, start)
         if new:
             end = self.tree.add_leaf(end, new, None, self._live)
