@@ -3,11 +3,20 @@
 from __future__ import annotations
 
 from array import array
+from collections.abc import Callable
 
 import pytest
 import torch
 
-from radixkv import RadixKey, TokenTypeError, UsageError
+from radixkv import (
+    ChunkCache,
+    MambaRadixCache,
+    RadixCache,
+    RadixKey,
+    TokenTypeError,
+    UsageError,
+    native,
+)
 
 
 def test_len_and_iter_follow_the_token_list() -> None:
@@ -185,3 +194,66 @@ def test_a_limit_takes_any_integer_as_a_slice_bound_does() -> None:
 def test_limit_is_keyword_only() -> None:
     with pytest.raises(TypeError):
         RadixKey([1, 2], None, 1)  # type: ignore[call-arg]  # positional on purpose
+
+
+# ---- token_ids that are no sequence (issue 30) -------------------------------------------
+
+
+def _every_cache_call() -> list[tuple[str, Callable[[RadixKey], object]]]:
+    return [
+        ("RadixCache.match_prefix", lambda k: RadixCache().match_prefix(k)),
+        ("RadixCache.insert", lambda k: RadixCache().insert(k)),
+        ("RadixCache(page 2).insert", lambda k: RadixCache(2).insert(k, torch.arange(2))),
+        ("ChunkCache.match_prefix", lambda k: ChunkCache().match_prefix(k)),
+        ("ChunkCache.insert", lambda k: ChunkCache().insert(k, torch.arange(1))),
+        ("MambaRadixCache.match_prefix", lambda k: MambaRadixCache().match_prefix(k)),
+        ("MambaRadixCache.insert", lambda k: MambaRadixCache().insert(k, mamba_value=0)),
+    ]
+
+
+SCALARS: dict[str, Callable[[], object]] = {
+    "0-d tensor": lambda: torch.tensor(5),
+    "0-d float tensor": lambda: torch.tensor(5.0),
+    "int": lambda: 5,
+    "float": lambda: 2.5,
+    "None": lambda: None,
+}
+
+
+def _scalar_cases() -> list[tuple[str, Callable[[], object]]]:
+    """Every scalar, numpy's too where numpy is installed (the tests env has it)."""
+    cases = dict(SCALARS)
+    try:
+        import numpy as np
+    except ImportError:  # numpy is optional: its scalars are checked where it is
+        pass
+    else:
+        cases["0-d numpy array"] = lambda: np.array(5)
+        cases["numpy int64"] = lambda: np.int64(5)
+    return sorted(cases.items())
+
+
+@pytest.mark.parametrize("compiled", [True, False], ids=["compiled", "pure"])
+@pytest.mark.parametrize("limit", [None, 1])
+@pytest.mark.parametrize("scalar", _scalar_cases(), ids=lambda c: c[0])
+def test_a_scalar_for_token_ids_is_a_type_error_naming_what_a_key_takes(
+    compiled: bool, limit: int | None, scalar: tuple[str, Callable[[], object]]
+) -> None:
+    """``RadixKey(torch.tensor(5))`` raised a bare ``TypeError: 'int' object is not
+    iterable``; every call of every cache now says what token_ids may be, on both key
+    paths (the compiled helpers, when built, and RADIXKV_PURE=1's)."""
+    if compiled and not native.available():
+        pytest.skip("the C key helpers are not built")
+    previous = native.helpers is not None
+    native.select(compiled=compiled)
+    try:
+        key = RadixKey(scalar[1](), limit=limit)  # type: ignore[arg-type]  # bad on purpose
+        for name, call in _every_cache_call():
+            with pytest.raises(TokenTypeError, match="token_ids must be a sequence") as error:
+                call(key)
+            assert scalar[0].startswith("0-d") is ("got a 0-d" in str(error.value)), name
+        with pytest.raises(TokenTypeError, match="token_ids must be a sequence"):
+            len(key)
+        assert repr(key).startswith("RadixKey(token_ids=")  # still printable, in a log
+    finally:
+        native.select(compiled=previous)

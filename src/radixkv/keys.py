@@ -85,7 +85,10 @@ class RadixKey:
 
     Keys with different ``extra_key`` values (``None`` and ``""`` included) never share a
     node, a match or a page hash: the tag isolates LoRA adapters, multimodal contexts and
-    tenants. The token list is held by reference, as given.
+    tenants. The token list is held by reference, as given, and checked where a cache reads
+    the key (``read_key``): ``token_ids`` is a sequence of ids (a list, tuple, array,
+    memoryview, 1-D numpy array or 1-D tensor); a scalar (an int, a 0-d tensor or array) is
+    a ``TokenTypeError`` saying so, from every cache call and from ``len``.
 
     ``limit`` (keyword-only, sglang's name; a superset of the seed) makes the key
     ``token_ids[:limit]`` without copying the token list: ``RadixKey(prompt,
@@ -113,7 +116,10 @@ class RadixKey:
         self.limit = key_limit(limit)
 
     def __len__(self) -> int:
-        n = len(self.token_ids)
+        try:
+            n = len(self.token_ids)
+        except TypeError:  # an int, a 0-d tensor: no sequence
+            raise not_a_sequence(self.token_ids) from None
         limit = self.limit
         return n if limit is None or limit >= n else limit
 
@@ -140,8 +146,12 @@ class RadixKey:
 
     def __repr__(self) -> str:
         """At most the first ``REPR_IDS`` ids, then ``...`` and the length: a 32k-token key
-        must not flood a log. Short keys read as the call that builds them."""
-        n = len(self)
+        must not flood a log. Short keys read as the call that builds them (a key of no
+        sequence, which every call refuses, as it was built)."""
+        try:
+            n = len(self)
+        except TokenTypeError:
+            return f"RadixKey(token_ids={self.token_ids!r}, extra_key={self.extra_key!r})"
         head = _first_ids(self.token_ids, min(n, REPR_IDS))
         if n <= REPR_IDS:
             return f"RadixKey(token_ids={head!r}, extra_key={self.extra_key!r})"
@@ -540,7 +550,11 @@ def limit_of(key: RadixKey) -> int | None:
         return None
     limit = key_limit(limit)  # checked again: the attribute can be set after construction
     assert limit is not None
-    return None if limit >= len(key.token_ids) else limit
+    try:
+        n = len(key.token_ids)
+    except TypeError:  # an int, a 0-d tensor: no sequence
+        raise not_a_sequence(key.token_ids) from None
+    return None if limit >= n else limit
 
 
 def key_ids(token_ids: Iterable[object], limit: int | None) -> Iterable[object]:
@@ -707,10 +721,18 @@ def page_at(data: KeyView, start: int, page_size: int) -> KeyData:
 
 
 def validate_tokens(token_ids: Iterable[object]) -> Tokens:
-    """Return the token ids as a tuple, or raise a usage error naming the first bad one."""
+    """Return the token ids as a tuple, or raise a usage error naming the first bad one
+    (or saying what a key's ids may be, for an int, a 0-d tensor or array, or any other
+    object that is no sequence)."""
     if type(token_ids) is not list and hasattr(token_ids, "tolist"):  # tensors, numpy arrays
-        token_ids = token_ids.tolist()
-    tokens = tuple(token_ids)
+        ids = token_ids.tolist()
+        if not isinstance(ids, list):  # a 0-d tensor or array: one number, no sequence
+            raise not_a_sequence(token_ids)
+        token_ids = ids
+    try:
+        tokens = tuple(token_ids)
+    except TypeError:
+        raise not_a_sequence(token_ids) from None
     if not tokens:
         return ()
     if _plain_ids(tokens):
@@ -720,6 +742,17 @@ def validate_tokens(token_ids: Iterable[object]) -> Tokens:
         _check_range(cast(tuple[int, ...], tokens))
         return cast(Tokens, tokens)
     return tuple(_validate_token(t, i) for i, t in enumerate(tokens))
+
+
+def not_a_sequence(token_ids: object) -> TokenTypeError:
+    """The error for a key whose ``token_ids`` is no sequence (an int, a 0-d tensor)."""
+    kind = type(token_ids).__name__
+    if getattr(token_ids, "ndim", None) == 0 and hasattr(token_ids, "__len__"):
+        kind = f"a 0-d {kind}"  # a tensor or array holding one number
+    return TokenTypeError(
+        "token_ids must be a sequence of token ids (a list, tuple, array('q'), memoryview, "
+        f"1-D numpy array or 1-D tensor of ints, or of bigram tuples), got {kind}"
+    )
 
 
 def _plain_ids(tokens: tuple[object, ...]) -> bool:
