@@ -120,6 +120,21 @@ def to_wire(event: KVCacheEvent) -> dict[str, object]:
     return {TAG: "AllBlocksCleared"}
 
 
+EXTRA_HINT = "pip install 'radixkv[events]'"
+"""How to install what the publisher and the wire codec need (pyzmq, msgspec)."""
+
+
+def extra_missing(module: str, package: str, missing: ImportError) -> ImportError:
+    """The error for ``module`` when the events extra's ``package`` does not import: it
+    says what to install (a ``ModuleNotFoundError`` still, when that is what it was)."""
+    kind = ModuleNotFoundError if isinstance(missing, ModuleNotFoundError) else ImportError
+    return kind(
+        f"{module} needs {package}, part of the optional events extra: {EXTRA_HINT} ({missing})",
+        name=missing.name,
+        path=missing.path,
+    )
+
+
 def publishable_token(token: Token) -> bool:
     """Whether a router can be told this token: a plain int id in ``[0, 2**32)``."""
     return type(token) is int and 0 <= token <= MAX_TOKEN_ID

@@ -28,8 +28,6 @@ from collections import deque
 from collections.abc import Callable
 from types import TracebackType
 
-import zmq
-
 from radixkv.events import (
     AllBlocksCleared,
     BlockRemoved,
@@ -37,8 +35,14 @@ from radixkv.events import (
     KVCacheEvent,
     KVEventBatch,
     RouterFilter,
+    extra_missing,
 )
-from radixkv.events.wire import encode_batch
+from radixkv.events.wire import encode_batch  # needs msgspec, and says so
+
+try:
+    import zmq
+except ImportError as missing:  # the events extra is optional: say how to get it
+    raise extra_missing(__name__, "pyzmq", missing) from missing
 
 SEQ_BYTES = 8
 END_SEQ = (-1).to_bytes(SEQ_BYTES, "big", signed=True)

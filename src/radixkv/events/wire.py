@@ -9,9 +9,12 @@ from __future__ import annotations
 
 from typing import Any
 
-import msgspec
+from radixkv.events import KVEventBatch, extra_missing, to_wire
 
-from radixkv.events import KVEventBatch, to_wire
+try:
+    import msgspec
+except ImportError as missing:  # the events extra is optional: say how to get it
+    raise extra_missing(__name__, "msgspec", missing) from missing
 
 _encoder = msgspec.msgpack.Encoder()
 _decoder = msgspec.msgpack.Decoder()
