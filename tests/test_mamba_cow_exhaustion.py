@@ -98,3 +98,65 @@ def test_cow_must_be_a_bool_and_a_bad_one_changes_nothing(bad: object) -> None:
         h.cache.match_prefix(RadixKey([1, 2]), cow=bad)  # type: ignore[arg-type]  # bad on purpose
     assert leaf.last_access_time == stamp and leaf.hit_count == 0
     assert h.states.available_size() == 1
+
+
+def test_a_copy_that_makes_room_reports_the_tree_it_leaves() -> None:
+    """Issue 30, item 4. Three slots, all the tree's: [1] holds a state, [1, 2] is a
+    tombstone (phase 2 took its state), [1, 2, 3] and [9] hold the others. The copy of
+    [1]'s state for [1, 2, 5] makes room by deleting [1, 2, 3], the least recently used
+    state, and with it the tombstone [1, 2]: the KV the walk measured past [1] is gone, so
+    the match reports no branching (it reported 2, from before the eviction)."""
+    h = make_mamba(slots=3)
+    h.insert([1])
+    h.insert([1, 2])
+    h.insert([1, 2, 3])
+    h.match([1], cow=False)
+    assert h.cache.evict(0, 1).mamba_evicted == 1  # [1, 2] is a tombstone now
+    h.insert([9])
+    assert h.states.available_size() == 0
+    r = h.match([1, 2, 5], keep=True)
+    assert r.prefix_len == 1 and node_tokens(r.last_node) == [1] and r.cow_slot is not None
+    assert h.cache.total_size() == 2  # [1] and [9]: making room took [1, 2, 3] and [1, 2]
+    assert r.mamba_branching_seqlen is None
+    probe = h.match([1, 2, 5], cow=False)
+    assert (probe.prefix_len, probe.mamba_branching_seqlen) == (1, None)
+    assert probe.last_node is r.last_node and not r.last_node.evicted
+    h.states.free_track_slot(r.cow_slot)
+    assert not h.leaked()
+
+
+def test_a_copy_that_makes_room_reports_a_shortened_branching_point() -> None:
+    """Four slots, all the tree's: [1], [1, 2, 3, 4], [1, 2, 7], [9] ([1, 2] is a split's
+    upper part, without state). The KV of [1, 2, 3, 5] reaches 3, into [1, 2, 3, 4]; making
+    room for the copy of [1]'s state deletes that leaf, the least recently used state.
+    [1, 2] stays (it leads to [1, 2, 7]), so the KV now reaches 2."""
+    h = make_mamba(slots=4)
+    h.insert([1, 2, 3, 4])
+    h.insert([1])
+    h.insert([1, 2, 7])
+    h.insert([9])
+    assert h.states.available_size() == 0
+    assert h.match([1, 2, 3, 5], cow=False).mamba_branching_seqlen == 3
+    r = h.match([1, 2, 3, 5])
+    assert r.prefix_len == 1 and r.cow_slot is not None
+    assert sorted(node_tokens(n) for n in h.cache.nodes()) == [[1], [2], [7], [9]]
+    assert r.mamba_branching_seqlen == 2
+    assert h.match([1, 2, 3, 5], cow=False).mamba_branching_seqlen == 2
+    assert not h.leaked()
+
+
+def test_a_copy_with_a_free_slot_evicts_nothing_and_keeps_the_walk() -> None:
+    """The same tree with a fourth slot: the copy takes the free one, nothing is evicted,
+    and the branching point is the walk's: the KV reaches [1, 2] past [1]'s state."""
+    h = make_mamba(slots=4)
+    h.insert([1])
+    h.insert([1, 2])
+    h.insert([1, 2, 3])
+    h.match([1], cow=False)
+    h.cache.evict(0, 1)
+    h.insert([9])
+    assert h.states.available_size() == 1
+    r = h.match([1, 2, 5])
+    assert (r.prefix_len, r.mamba_branching_seqlen) == (1, 2) and r.cow_slot is not None
+    assert h.cache.total_size() == 4 and h.evicted == []
+    assert not h.leaked()

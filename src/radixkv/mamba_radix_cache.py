@@ -20,6 +20,7 @@ import torch
 
 from radixkv.arguments import InsertKeywords, insert_keywords, state_slot
 from radixkv.base import InsertResult, MatchResult, RadixKey
+from radixkv.keys import read_key
 from radixkv.lru_list import LRUList
 from radixkv.mamba_node import MambaTreeNode
 from radixkv.mamba_states import MambaPool, MambaStates, RecencyOrder
@@ -118,9 +119,22 @@ class MambaRadixCache(RadixCache):
 
         Takes nothing from any pool unless ``cow=True`` (sglang's ``cow_mamba``): then
         ``cow_slot`` is a fresh slot holding a copy of ``last_node``'s state, the caller's
-        to own (with no slot to copy into, the match is a miss).
+        to own (with no slot to copy into, the match is a miss). A copy that makes room
+        answers for the cache it leaves: when the eviction it needed deleted nodes, the
+        branching length is measured again in the tree as the call leaves it (the path to
+        ``last_node`` was locked meanwhile, so the prefix and ``last_node`` stand).
         """
-        return cast(MambaMatchResult, super().match_prefix(key, cow=cow))
+        cached = self.tree.evictable_size + self.tree.protected_size
+        result = cast(MambaMatchResult, super().match_prefix(key, cow=cow))
+        if result.mamba_branching_seqlen is not None and self.total_size() != cached:
+            result.mamba_branching_seqlen = self._branching(key, result.prefix_len)
+        return result
+
+    def _branching(self, key: RadixKey, prefix_len: int) -> int | None:
+        """How far the KV alone matches ``key`` now, when that is past ``prefix_len``."""
+        with read_key(key, self.page_size, self.tree.packed) as found:
+            kv_len = self.tree.descend(found).end
+        return kv_len if kv_len > prefix_len else None
 
     def insert(
         self,
