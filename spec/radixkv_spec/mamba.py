@@ -8,7 +8,9 @@ does not know the nodes, and every rule below is phrased over positions:
 
 * match: the KV alone matches ``kv_len`` tokens; the result is truncated to the deepest
   matched position holding a state (the root's initial state counts), and the request
-  gets a copy of that state (its source slot), never the slot itself;
+  gets a copy of that state (its source slot), never the slot itself; when the pool has
+  no slot for the copy, one eviction of one state makes room (the source held), and the
+  result describes the cache that eviction left (a miss at the root if it freed no slot);
 * insert: new pages need a slot; the position at the key's end adopts the slot unless it
   holds one already (``mamba_exist``);
 * locks: a handle sits at a position holding a state and protects that state (mamba
@@ -221,24 +223,65 @@ class MambaCacheModel:
 
     # -------------------------------------------------------------- operations
 
-    def match(self, extra_key: Namespace, tokens: Sequence[Token]) -> MambaMatch:
-        """Truncate the KV match to its deepest state (INV-34); stamp that path."""
+    def match(
+        self,
+        extra_key: Namespace,
+        tokens: Sequence[Token],
+        room: Sequence[Event] | None = None,
+        waive: Waiver = never,
+    ) -> MambaMatch:
+        """Truncate the KV match to its deepest state (INV-34); stamp that path.
+
+        ``room``: the pool had no slot for the copy of the state (copy-on-write), and these
+        are the implementation's frees making room, in order (``apply_eviction``'s events).
+        They are checked as ``evict(0, 1)`` with the source position held (its state
+        survives); the copy goes into the slot that eviction freed, and without one the
+        match is a miss at the root. Either way the result describes the cache as that
+        eviction left it: a copy that makes room answers for the cache it leaves
+        (DECISIONS.md, 2026-11-28). Raises ``SpecViolation`` (INV-34, or the eviction's),
+        leaving the model unchanged, except for what ``waive`` acknowledges.
+        """
         ns = validate_namespace(extra_key)
         key = aligned(validate_tokens(tokens), self.page_size)
-        kv_len = cached_len(self.pages.get(ns, {}), key, self.page_size)
-        ends = [len(q) for q in page_prefixes(key[:kv_len], self.page_size)]
-        state_ends = [n for n in ends if self.has_state(ns, key[:n])]
-        deepest = truncated_len(state_ends, kv_len)
+        deepest, kv_len, state_ends = self._walk(ns, key)
+        copied = self.matching.copies_state and deepest > 0
+        if room is not None:
+            # INV-34: only a copy asks the pool for a slot
+            holds(copied, "INV-34", "made room for a copy where none is due", "room-no-copy")
+            self._make_room(ns, key[:deepest], room, waive)
+            if not any(kind == "slot" for kind, _ in room):  # no slot to copy into: a miss
+                _, kv_len, _ = self._walk(ns, key)
+                self._stamp(ns, ())
+                return MambaMatch((), 0, None, branching_seqlen(kv_len, 0))
+            deepest, kv_len, state_ends = self._walk(ns, key)  # the cache the room left
         prefix_len = self.matching.matched_len(kv_len, state_ends)
         path = key[:prefix_len]
         self._stamp(ns, path)
-        copied = self.matching.copies_state and deepest > 0
         return MambaMatch(
             indices=path_indices(self.pages.get(ns, {}), path, self.page_size),
             prefix_len=prefix_len,
             source_slot=self.states.get((ns, key[:deepest])) if copied else None,
             branching_seqlen=branching_seqlen(kv_len, deepest),
         )
+
+    def _walk(self, ns: Namespace, key: PagePath) -> tuple[int, int, list[int]]:
+        """(the deepest state end, the KV-only length, every state end) of ``key``'s match."""
+        kv_len = cached_len(self.pages.get(ns, {}), key, self.page_size)
+        ends = [len(q) for q in page_prefixes(key[:kv_len], self.page_size)]
+        state_ends = [n for n in ends if self.has_state(ns, key[:n])]
+        return truncated_len(state_ends, kv_len), kv_len, state_ends
+
+    def _make_room(
+        self, ns: Namespace, source: PagePath, events: Sequence[Event], waive: Waiver
+    ) -> None:
+        """The copy's ``evict(0, 1)``, with a handle at ``source`` meanwhile."""
+        self.handles[(ns, source)] += 1
+        try:
+            self.apply_eviction(0, 1, events, waive)
+        finally:
+            self.handles[(ns, source)] -= 1
+            if not self.handles[(ns, source)]:
+                del self.handles[(ns, source)]
 
     def insert(
         self,

@@ -9,10 +9,19 @@ cached pages and states against the model, the sizes, the lock counts (INV-30), 
 lists when the adapter shows them (INV-32), and that every KV index and every state slot
 has exactly one owner (INV-7, INV-33). How a match is cut (to the deepest state, or the
 whole KV match) is the profile's ``mamba_match`` policy.
+
+The kit's state pool is finite for copies: while the tree holds ``STATE_POOL`` states or
+more, the pool is full, and ``host.alloc_slot`` answers ``None`` during a match unless the
+cache freed a slot in that same call (each freed slot is lent once). A match refused a slot
+is a copy that makes room: what the cache freed during it is checked as ``evict(0, 1)``
+with the copied state held, and the match's result against the cache that eviction left
+(``MambaCacheModel.match(..., room=)``). The rule depends only on the cached states, so a
+trace replays it without saying so.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from hypothesis import strategies as st
@@ -37,8 +46,21 @@ from radixkv_conformance.strategies import one_of
 UNUSED_SLOT = 10**9  # a slot nobody holds: in a bad call only the other argument is wrong
 
 
+@dataclass
+class Lending:
+    """What the pool lent the cache during one match."""
+
+    seen: int  # the kit's events before the match: what the cache freed since is after
+    room: int  # free slots when the match began (0: the pool was full)
+    lent: int = 0
+    refused: int = 0
+
+
 class MambaRules(ConformanceMachine):
     """MambaRadixCache-like caches."""
+
+    STATE_POOL: ClassVar[int] = 4
+    """While the tree holds this many states or more, the pool has no slot for a copy."""
 
     mode: ClassVar[str] = "mamba"
     checks = ConformanceMachine.checks | {"mamba"}
@@ -64,6 +86,31 @@ class MambaRules(ConformanceMachine):
         profile = self.session.profile
         return MambaCacheModel(self.page_size, profile.victims, profile.mamba_match)
 
+    def setup(self, page_size: int, window: int | None = None) -> None:
+        self.lending: Lending | None = None  # set while a match runs
+        self.copies_held: set[int] = set()  # copy-on-write slots the caller holds now
+        super().setup(page_size, window)
+
+    def new_slot(self) -> int | None:  # type: ignore[override]  # the pool may be full
+        """A fresh slot, for the engine's own use or lent to the cache (``host.alloc_slot``,
+        whose ``None`` is a full pool, as ``alloc_track_slot``'s is). During a match the
+        pool lends the room it had when the match began plus each slot the cache freed
+        since, once; the rest of the time (the engine's own slots) it never runs out."""
+        lending = self.lending
+        if lending is not None:
+            freed = sum(1 for kind, _ in self.events[lending.seen :] if kind == "slot")
+            if lending.room + freed - lending.lent <= 0:
+                lending.refused += 1
+                return None
+            lending.lent += 1
+        return super().new_slot()
+
+    def engine_slot(self) -> int:
+        """A fresh slot for the engine's own use (an insert's, a request's working slot)."""
+        slot = self.new_slot()
+        assert slot is not None, "the engine's own slots never run out"
+        return slot
+
     def lock_refusal(self, ref: NodeRef) -> str | None:
         if ref.prefix and not self.model.has_state(ref.namespace, ref.prefix):
             return "lock of a node without a state"
@@ -85,8 +132,34 @@ class MambaRules(ConformanceMachine):
 
     # ---- steps ---------------------------------------------------------------------------
 
+    def do_match(self, tokens: tuple[int, ...], namespace: Namespace) -> NodeRef:
+        """The core's match, with the pool lending for its copy (``new_slot``)."""
+        room = max(0, self.STATE_POOL - len(self.model.owned_slots()))
+        self.lending = Lending(len(self.events), room)
+        try:
+            return super().do_match(tokens, namespace)
+        finally:
+            self.lending = None
+
     def spec_match(self, namespace: Namespace, tokens: tuple[int, ...]) -> MambaMatch:
-        want: MambaMatch = self.model.match(namespace, tokens)
+        """The spec's match; when the pool refused the copy a slot, what the cache freed
+        meanwhile is the copy's room-making eviction, and the match answers for the cache
+        that eviction left."""
+        assert self.lending is not None
+        frees = [(k, g) for k, g in self.events[self.lending.seen :] if k in ("free", "slot")]
+        if not self.lending.refused:
+            message = f"INV-34: a match with a slot for its copy freed {frees}"
+            self.require(not frees, message, "freed")
+            want: MambaMatch = self.model.match(namespace, tokens)
+            return want
+        room: list[Event] = [("kv", g) if k == "free" else ("slot", g[0]) for k, g in frees]
+        self.trace[-1]["observed"] = {"room": [[k, p] for k, p in room]}
+        self.count("match at a full pool")
+        self.session.stats["tokens evicted to make room"] += sum(
+            len(g) for k, g in frees if k == "free"
+        )
+        with self.checking("match: eviction to make room"):
+            want = self.model.match(namespace, tokens, room, self.waive)
         return want
 
     def check_match_extras(self, got: Matched, want: SpecMatch, step: Step, copies: int) -> None:
@@ -94,6 +167,8 @@ class MambaRules(ConformanceMachine):
         a slot of the request's (copy-on-write), exactly when the spec says (INV-34). The
         request reads what the match returned in ``matched``."""
         self.matched = got
+        if got.cow_slot is not None:  # the caller's until it inserts or frees it
+            self.copies_held.add(got.cow_slot)
         if not isinstance(want, MambaMatch):
             raise TypeError(f"a Mamba match is a MambaMatch, not {want!r}")
         step["expect"].update(prefix_len=want.prefix_len, branching_seqlen=want.branching_seqlen)
@@ -112,9 +187,10 @@ class MambaRules(ConformanceMachine):
             self.require(self.copies[copies:] == expected, f"INV-33: copies {self.copies[copies:]}")
 
     def before_insert(self, indices: Indices, keywords: Keywords) -> None:
-        """The caller holds the state slot it passes, too."""
+        """The caller holds the state slot it passes, too (a copy it held goes with it)."""
         if keywords["state_slot"] is not None:
             self.hand_out_slot(keywords["state_slot"])
+            self.copies_held.discard(keywords["state_slot"])
 
     def spec_insert(self, ns: Namespace, tokens: Key, indices: Key, kw: Keywords) -> SpecInsert:
         """The pages and the state after them; when a state sat there already
@@ -154,6 +230,10 @@ class MambaRules(ConformanceMachine):
             f"INV-35: mamba_evicted {got.mamba}, freed {freed.mamba} slots",
         )
 
+    def do_free_slot(self, slot: int) -> None:
+        self.copies_held.discard(slot)
+        super().do_free_slot(slot)
+
     def drop_match(self) -> None:
         """A request that matched and went away frees its copy of the state."""
         if self.matched.cow_slot is not None:
@@ -171,7 +251,7 @@ class MambaRules(ConformanceMachine):
             call = self.insert_call(list(tokens), ns, list(range(len(tokens))))
             self.do_bad_call("new tokens without a state", {**call, "state_slot": None})
             return multiple()  # the call was refused: no handle for the bundle
-        slot = self.new_slot() if with_slot else None
+        slot = self.engine_slot() if with_slot else None
         if not with_slot:
             self.count("insert without state")
         return self.do_insert(tokens, ns, self.allocate(len(tokens)), state_slot=slot)
@@ -184,12 +264,12 @@ class MambaRules(ConformanceMachine):
         tokens = self.draw_tokens(data)
         matched = self.do_match(tokens, ns)
         got = self.matched
-        working = got.cow_slot if got.cow_slot is not None else self.new_slot()
+        working = got.cow_slot if got.cow_slot is not None else self.engine_slot()
         done = len(matched.prefix)
         row = tuple(got.indices) + self.allocate(len(tokens) - done)
         if snapshot and got.branching_seqlen is not None and got.branching_seqlen > done:
             cut = got.branching_seqlen
-            self.do_insert(tokens[:cut], ns, row[:cut], state_slot=self.new_slot())
+            self.do_insert(tokens[:cut], ns, row[:cut], state_slot=self.engine_slot())
             protected = self.model.kv_len(ns, tokens[:cut])
             row = self.model.indices_of(ns, tokens[:protected]) + row[protected:]
             self.count("request with a snapshot")
@@ -280,5 +360,6 @@ class MambaRules(ConformanceMachine):
             self.require(
                 not owned & self.freed_slots, "INV-33: a tree-owned slot was freed", "cached-freed"
             )
-            lost = self.given_slots - owned - self.freed_slots
+            # a copy the caller holds between its match and its insert (or free) is its own
+            lost = self.given_slots - owned - self.freed_slots - self.copies_held
             self.require(not lost, f"INV-33: state slots leaked: {sorted(lost)}", "leak")
