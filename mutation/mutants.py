@@ -186,8 +186,8 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "short-value-accepted",
         ARGS,
-        "    if given < n:\n",
-        "    if given < n - 1:\n",
+        "    if given < key.length:\n",
+        "    if given < key.length - 1:\n",
     ),
     Mutant(
         "rejected-insert-mutates-first",
