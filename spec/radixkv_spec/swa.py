@@ -92,6 +92,10 @@ class SlidingWindowModel:
 
     # ---- queries -------------------------------------------------------------------------
 
+    def positions(self) -> list[Position]:
+        """Every cached page position, tombstones included."""
+        return list(self.pages)
+
     def path_pages(self, ns: Namespace, key: Sequence[Token]) -> list[Position]:
         """The cached page positions along ``key``, from the root, as far as cached."""
         out: list[Position] = []

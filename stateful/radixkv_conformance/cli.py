@@ -16,12 +16,20 @@ radixkv's. The adapter's capabilities come from the adapter itself. How long to 
 the Hypothesis settings profile: ``--hypothesis-profile ci|dev|thorough`` (default
 ``HYPOTHESIS_PROFILE``, else ci) or ``--thorough``; ``--profile ci|dev|thorough`` means the
 same. ``MODULE`` is looked up from the current folder first, as ``python -m`` does, so an
-adapter next to you needs no ``PYTHONPATH``. Exit status 0 only when everything held.
+adapter next to you needs no ``PYTHONPATH``.
+
+A search goes on, seed after seed, until every situation the cache's capabilities declare
+was reached or ``--budget`` seconds per cache are spent (``radixkv_spec.situations``).
+
+Exit status: 0 every invariant held and every declared situation was reached (or named by
+``--uncovered-ok``); 1 a finding; 2 a usage error; 3 every invariant held but some declared
+situation was never reached, so the pass is incomplete.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib
 import importlib.util
 import os
@@ -31,9 +39,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from radixkv_conformance.coverage import check_names
 from radixkv_conformance.targets import OWN, REPLAY_DEFAULT, load
+from radixkv_conformance.trace import write
 
 SETTINGS_PROFILES = ("ci", "dev", "thorough")
+PASSED, FAILED, USAGE, INCOMPLETE = 0, 1, 2, 3  # exit statuses (module doc)
+BUDGET = 120.0  # seconds of search per cache by default: about two minutes on 2 cores
 OWN_NEEDS = ("torch", "radixkv")  # what checking radixkv's own caches imports
 
 
@@ -64,6 +76,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     try:
         args.option = _options(args.option)
+        args.uncovered_ok = sorted(check_names(args.uncovered_ok))
         if args.replay is not None:
             return _replay(args.replay, args.target, profile_name, args)
         targets = [(args.target, args.target)] if args.target else list(OWN)
@@ -122,7 +135,36 @@ def _parser() -> argparse.ArgumentParser:
         help="where findings go (default: %(default)s)",
     )
     check.add_argument(
-        "--max-failures", type=int, default=32, help="distinct findings to collect (default 32)"
+        "--max-failures",
+        type=_positive_int,
+        default=32,
+        help="distinct findings to collect (default 32)",
+    )
+    check.add_argument(
+        "--budget",
+        type=_positive_float,
+        default=BUDGET,
+        metavar="SECONDS",
+        help="search time per cache while declared situations are unreached (default %(default)g)",
+    )
+    check.add_argument(
+        "--seed",
+        type=int,
+        default=None,
+        help="draw the first search from this seed (default: the settings profile's draw)",
+    )
+    check.add_argument(
+        "--incomplete-ok",
+        action="store_true",
+        help="exit 0, not 3, when every invariant held but situations were never reached "
+        "(the report still lists them)",
+    )
+    check.add_argument(
+        "--uncovered-ok",
+        action="append",
+        default=[],
+        metavar="SITUATION",
+        help="a declared situation the run may leave unreached and still pass",
     )
     try:
         from radixkv.driver import replay
@@ -137,6 +179,23 @@ def _parser() -> argparse.ArgumentParser:
 def _sglang_adapter() -> Any:
     """The kit's sglang adapter (it loads sglang's bare tree): ``radixkv replay --cache sglang``."""
     return importlib.import_module("radixkv_conformance.adapters.sglang")
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a whole number above 0, got {text}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds above 0, got {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"expected seconds above 0, got {text}")
+    return value
 
 
 def _options(pairs: Sequence[str]) -> dict[str, str]:
@@ -176,14 +235,18 @@ def _check(targets: list[tuple[str, str]], profile_name: str | None, args: Any) 
     from radixkv_conformance import profiles
     from radixkv_conformance.conformance import run_conformance
     from radixkv_conformance.progress import Progress
-    from radixkv_conformance.trace import write
 
     settings_name = profiles.load_profile()
-    print(f"radixkv check: Hypothesis settings profile {settings_name!r}")
+    print(
+        f"radixkv check: Hypothesis settings profile {settings_name!r}, "
+        f"budget {args.budget:g}s per cache"
+    )
     failed: list[str] = []
+    incomplete: list[str] = []
     for label, target in targets:
         factory, declared = load(target, args.option)
         profile = _profile(profile_name, declared)
+        show = functools.partial(_show_finding, label, target, args.traces, [])
         with Progress(label) as progress:
             report = run_conformance(
                 factory,
@@ -192,16 +255,33 @@ def _check(targets: list[tuple[str, str]], profile_name: str | None, args: Any) 
                 max_failures=args.max_failures,
                 known=args.known,
                 progress=progress.update,
+                budget=args.budget,
+                uncovered_ok=args.uncovered_ok,
+                seed=args.seed,
+                on_failure=show,
             )
         print("\n" + report.render())
-        for i, failure in enumerate(report.failures, 1):
-            path = args.traces / f"{_slug(label)}-{i}.json"
-            write(failure.trace, path)
-            print(f"  trace of finding {i}: {path}  (radixkv check --replay {path} {target})")
         if not report.passed:
             failed.append(label)
-    print("\nall invariants held" if not failed else f"\nFAILED: {', '.join(failed)}")
-    return 1 if failed else 0
+        elif not report.complete:
+            incomplete.append(label)
+    if failed:
+        print(f"\nFAILED: {', '.join(failed)}")
+        return FAILED
+    if incomplete:
+        print(f"\nheld, incomplete (situations never reached): {', '.join(incomplete)}")
+        return PASSED if args.incomplete_ok else INCOMPLETE
+    print("\nall invariants held, every declared situation reached")
+    return PASSED
+
+
+def _show_finding(label: str, target: str, traces: Path, found: list[Any], failure: Any) -> None:
+    """Each finding as soon as it is minimized, with its trace."""
+    found.append(failure)
+    path = traces / f"{_slug(label)}-{len(found)}.json"
+    write(failure.trace, path)
+    print(f"{label}: finding {len(found)} [{failure.finding}]: {failure.message}")
+    print(f"  trace: {path}  (radixkv check --replay {path} {target})", flush=True)
 
 
 def _exhaustive(target: str | None, profile_name: str | None, args: Any) -> int:
@@ -231,7 +311,6 @@ def _replay(path: Path, target: str | None, profile_name: str | None, args: Any)
     from radixkv_conformance.profile import PROFILES
     from radixkv_conformance.replay import replay
     from radixkv_conformance.trace import load as load_trace
-    from radixkv_conformance.trace import write
 
     known, out = args.known, args.minimize
     document = load_trace(path)

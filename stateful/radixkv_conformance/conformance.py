@@ -29,12 +29,13 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from hypothesis import Phase
+from hypothesis import Phase, seed
 from hypothesis import settings as Settings
 from hypothesis.errors import Unsatisfiable
 from hypothesis.reporting import with_reporter
-from hypothesis.stateful import run_state_machine_as_test
+from hypothesis.stateful import get_state_machine_test
 
+from radixkv_conformance.coverage import Coverage
 from radixkv_conformance.findings import Finding, flatten, invariant_id
 from radixkv_conformance.machines import ConformanceMachine
 from radixkv_conformance.minimize import minimize
@@ -87,6 +88,22 @@ class ConformanceReport:
     seconds: float = 0.0
     stats: Counter[str] = field(default_factory=Counter)
     failures: list[Failure] = field(default_factory=list)
+    coverage: Coverage = field(default_factory=lambda: Coverage(()))
+    searches: int = 0  # Hypothesis searches run: the first draw, then one per seed
+    budget_spent: bool = False  # the search stopped at its time budget
+
+    @property
+    def complete(self) -> bool:
+        """Every declared situation was reached (or accepted as unreached)."""
+        return self.coverage.complete
+
+    @property
+    def verdict(self) -> str:
+        if self.failures:
+            return "FAILED"
+        if not self.complete:
+            return f"held; {len(self.coverage.missing)} situation(s) never reached"
+        return "ok"
 
     @property
     def semantics(self) -> Profile:
@@ -125,10 +142,12 @@ class ConformanceReport:
         return {fid: self.stats[f"acknowledged: {fid}"] for fid in self.known}
 
     def render(self) -> str:
-        s, verdict = self.stats, "ok" if self.passed else "FAILED"
+        s = self.stats
+        budget = ", stopped at its time budget" if self.budget_spent else ""
         lines = [
-            f"{self.name} [{self.profile.name}]: {verdict} in {self.seconds:.1f}s — "
-            f"runs {s['runs']}, steps {s['steps']}, invariant checks {s['invariant checks']}",
+            f"{self.name} [{self.profile.name}]: {self.verdict} in {self.seconds:.1f}s — "
+            f"runs {s['runs']}, steps {s['steps']}, invariant checks {s['invariant checks']}, "
+            f"searches {self.searches}{budget}",
             f"    capabilities: {', '.join(sorted(self.capabilities)) or 'core only'}",
             f"    policies: {', '.join(describe(self.profile, self.capabilities))}",
         ]
@@ -137,6 +156,9 @@ class ConformanceReport:
         if self.notes:
             lines.append(f"    adapter notes: {self.notes}")
         lines += [f"    {what:<48} {n:>7}" for what, n in self.rules.items()]
+        lines += self.coverage.lines()
+        if self.coverage.missing:
+            lines.append(f"    never reached: {', '.join(self.coverage.missing)}")
         for reason, n in self.skips.items():
             lines.append(f"    skipped: {reason}" + (f" ({n}x)" if n else ""))
         for fid, n in self.acknowledged.items():
@@ -160,6 +182,10 @@ def run_conformance(
     max_failures: int = 32,
     known: Iterable[str] = (),
     progress: Callable[[Counter[str]], None] | None = None,
+    budget: float | None = None,
+    uncovered_ok: Iterable[str] = (),
+    seed: int | None = None,
+    on_failure: Callable[[Failure], None] | None = None,
 ) -> ConformanceReport:
     """Model-check the cache ``factory`` builds against the spec, under ``profile``.
 
@@ -168,7 +194,15 @@ def run_conformance(
     ``raise_for_failures()`` on the report); raises ``AdapterError`` before any step when
     the adapter lacks what it claims. ``known`` finding ids are acknowledged: a hit is
     recorded and the run goes on past it (``ConformanceMachine.require``). ``progress``
-    gets the running counts at the start of every run.
+    gets the running counts at the start of every run; ``on_failure`` each finding as soon
+    as it is minimized.
+
+    The first search draws as the settings say (``seed``: from that seed instead). While a
+    declared situation (``radixkv_spec.situations``) is unreached and ``budget`` seconds
+    are not spent, the search goes on with the next seed; runs that reach rare situations
+    are favoured (``ConformanceMachine.teardown``). Without a budget there is one search
+    (and one more past each batch of findings). ``uncovered_ok`` names situations the
+    report may leave unreached without calling the run incomplete.
     """
     name = name or getattr(factory, "__qualname__", None) or "cache"
     adapter = probe_adapter(factory, profile)
@@ -177,6 +211,11 @@ def run_conformance(
     report = ConformanceReport(name, profile, capabilities, notes, tuple(sorted(known)))
     acknowledged = set(known)
     started = time.perf_counter()
+
+    def over_budget() -> bool:
+        return budget is not None and time.perf_counter() - started >= budget
+
+    draw, examples = seed, None
     while len(report.failures) < max_failures:
         machine = machine_for(
             f"{_identifier(name)}Machine",
@@ -186,18 +225,54 @@ def run_conformance(
             known=frozenset(acknowledged),
             progress=progress,
         )
-        findings = _search(machine, settings)
+        machine.session.coverage = report.coverage.counts  # every search adds to one count
+        machine.session.steer = report.searches > 0 and not report.complete
+        report.coverage = Coverage(
+            machine.session.situations, report.coverage.counts, frozenset(uncovered_ok)
+        )
+        search_started = time.perf_counter()
+        findings = _search(machine, _sized(settings, examples), draw)
+        seconds_per_run = (time.perf_counter() - search_started) / max(
+            1, machine.session.stats["runs"]
+        )
+        report.searches += 1
         report.stats += machine.session.stats
         new = [f for f in findings if f.finding_id not in acknowledged]
-        if not new:
+        if new:
+            if progress is not None:  # a search with findings runs longer: say why
+                print(f"{name}: minimizing {len(new)} new finding(s) by replay", file=sys.stderr)
+            for finding in new[: max_failures - len(report.failures)]:
+                report.failures.append(_minimized(finding, factory, profile))
+                acknowledged.add(finding.finding_id)  # search on past it
+                if on_failure is not None:
+                    on_failure(report.failures[-1])
+                if over_budget():
+                    break
+        elif report.complete or budget is None:
             break
-        if progress is not None:  # a search with findings runs longer: say why
-            print(f"{name}: minimizing {len(new)} new finding(s) by replay", file=sys.stderr)
-        for finding in new[: max_failures - len(report.failures)]:
-            report.failures.append(_minimized(finding, factory, profile))
-            acknowledged.add(finding.finding_id)  # search on past it
+        if over_budget():
+            report.budget_spent = True
+            break
+        if not new:  # covered nothing new with this draw: the next seed, in what time is left
+            draw = 1 if draw is None else draw + 1
+            assert budget is not None
+            examples = int((started + budget - time.perf_counter()) / seconds_per_run)
+            if examples < MIN_EXAMPLES:
+                report.budget_spent = True
+                break
     report.seconds = time.perf_counter() - started
     return report
+
+
+MIN_EXAMPLES = 10  # a search for unreached situations shorter than this is not started
+
+
+def _sized(settings: Settings | None, examples: int | None) -> Settings | None:
+    """``settings`` with at most ``examples`` runs (a search that must fit the budget)."""
+    if examples is None:
+        return settings
+    base = settings if settings is not None else Settings()
+    return Settings(base, max_examples=min(base.max_examples, examples))
 
 
 def _minimized(finding: Finding, factory: AdapterFactory, profile: Profile) -> Failure:
@@ -207,16 +282,22 @@ def _minimized(finding: Finding, factory: AdapterFactory, profile: Profile) -> F
     return Failure(finding.finding_id, failure["check"], failure["message"], trace)
 
 
-def _search(machine: type[ConformanceMachine], settings: Settings | None) -> list[Finding]:
-    """One Hypothesis search; every distinct finding it shrank, each with its trace."""
+def _search(
+    machine: type[ConformanceMachine], settings: Settings | None, draw: int | None = None
+) -> list[Finding]:
+    """One Hypothesis search (from the seed ``draw``, if given); every distinct finding it
+    shrank, each with its trace."""
     base = settings if settings is not None else Settings()  # the loaded settings profile
     # Hypothesis' explain phase annotates its own printout, which the report replaces with
     # the traces; it costs more than the shrinking itself.
     phases = [phase for phase in base.phases if phase is not Phase.explain]
     settings = Settings(base, report_multiple_bugs=True, phases=phases)
+    test = get_state_machine_test(machine, settings=settings)
+    if draw is not None:
+        test = seed(draw)(test)
     try:
         with with_reporter(lambda _: None):  # the report renders the traces instead
-            run_state_machine_as_test(machine, settings=settings)
+            test()
     except Unsatisfiable:  # every run hit an acknowledged finding: nothing new to find
         machine.session.stats["searches that found only acknowledged findings"] += 1
         return []

@@ -774,14 +774,15 @@ def target(label: str, factory: Any, profile: Any, known: Iterable[str] = ()) ->
 
 
 def own_targets(known: Iterable[str] = ()) -> list[Target]:
-    """radixkv's own caches, as ``radixkv check`` runs them: RadixCache, its SWA mode,
-    MambaRadixCache, ChunkCache, RadixTrie. radixkv's caches take any page size, so each
-    is explored at page sizes 1 and 2 even where the random search's profile draws others."""
+    """radixkv's caches of distinct shapes (``targets.SHAPES``): RadixCache, its SWA mode,
+    MambaRadixCache, ChunkCache, RadixTrie (the eviction policies share RadixCache's tree,
+    and the random search checks each). radixkv's caches take any page size, so each is
+    explored at page sizes 1 and 2 even where the random search's profile draws others."""
     from radixkv_conformance.profile import RADIXKV
-    from radixkv_conformance.targets import OWN, load
+    from radixkv_conformance.targets import SHAPES, load
 
     out = []
-    for label, name in OWN:
+    for label, name in SHAPES:
         factory, declared = load(name)
         profile = declared or RADIXKV
         if name.startswith("radixkv_conformance.adapters.radixkv:"):

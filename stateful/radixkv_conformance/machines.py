@@ -33,7 +33,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol
 
-from hypothesis import note, reject
+from hypothesis import note, reject, target
 from hypothesis import strategies as st
 from hypothesis.errors import HypothesisException
 from hypothesis.stateful import (
@@ -47,8 +47,10 @@ from hypothesis.stateful import (
 )
 from radixkv_spec.hashing import page_hashes as spec_page_hashes
 from radixkv_spec.invariants import SpecViolation
+from radixkv_spec.situations import Situation, children_of, view_of
 from radixkv_spec.tokens import page_align
 
+from radixkv_conformance.coverage import Probe
 from radixkv_conformance.events_rules import EventsOracle
 from radixkv_conformance.findings import (
     Finding,
@@ -151,6 +153,9 @@ class Session:
     stats: Counter[str] = field(default_factory=Counter)
     progress: Callable[[Counter[str]], None] | None = None
     name: str = "cache"
+    situations: tuple[Situation, ...] = ()  # what the runs must reach (coverage.py)
+    coverage: Counter[str] = field(default_factory=Counter)
+    steer: bool = False  # favour runs that reach rare situations (searches after the first)
 
     @property
     def mode(self) -> str:
@@ -310,6 +315,7 @@ class ConformanceMachine(RuleBasedStateMachine):
         self.resets = 0
         self.unlock_by_token = True
         self.model: Any = self.new_model()
+        self.probe = Probe(page_size, self.session.situations, self.session.coverage)
         with self.checking("setup"):
             self.sut: Any = self.session.factory(page_size, KitHost(self, window))
         self.page_stream = (
@@ -512,10 +518,18 @@ class ConformanceMachine(RuleBasedStateMachine):
     # ---- steps ---------------------------------------------------------------------------
 
     def log(self, op: str, **fields: Any) -> Step:
+        self.probe.close(self.model)  # the step before is over
         step: Step = {"id": len(self.trace), "op": op, **fields}
         self.trace.append(step)
         self.count("steps")
+        self.probe.open(step, self.model)
         return step
+
+    def note_handle(self, ref: NodeRef) -> None:
+        """The handle the open step names, for the situations (a stale one, say)."""
+        if ref.prefix:
+            self.probe.handle = (ref.namespace, ref.prefix)
+            self.probe.handle_evicted = ref.resets == self.resets and self.deleted_since(ref)
 
     def ref(self, handle: Any, namespace: Namespace, prefix: tuple[int, ...]) -> NodeRef:
         step = len(self.trace) - 1
@@ -709,6 +723,7 @@ class ConformanceMachine(RuleBasedStateMachine):
 
     def do_lock(self, ref: NodeRef) -> LockRef:
         step = self.log("lock", node=ref.step)
+        self.note_handle(ref)
         with self.checking("lock"):
             if self.is_stale(ref):
                 step["expect"] = {"rejected": True}
@@ -737,6 +752,7 @@ class ConformanceMachine(RuleBasedStateMachine):
             return
         token = held.token if self.unlock_by_token else None
         step = self.log("unlock", node=ref.step, lock=held.step)
+        self.note_handle(ref)
         if not self.unlock_by_token:
             step["without_token"] = True
             self.count("unlock without a token")
@@ -771,6 +787,7 @@ class ConformanceMachine(RuleBasedStateMachine):
             self.skip("no 'stale_handles': stale unlock")
             return
         step = self.log("unlock", node=ref.step, lock=None)
+        self.note_handle(ref)
         step["expect"] = {"rejected": True}
         with self.checking(what):
             self.expect_rejected(lambda: self.sut.unlock(ref.handle, None), what)
@@ -894,6 +911,13 @@ class ConformanceMachine(RuleBasedStateMachine):
         (a locked victim) are tried as often as the others."""
         if not ref.prefix:
             live = [r for r in self.cached_refs.values() if not self.is_stale(r)]
+            # interior pages last, so the favoured draw takes one: an eviction must stop at
+            # a locked page whose children it takes (evict-empties-a-locked-parent), and
+            # handles left to chance rarely hold one
+            view = view_of(self.model)
+            live.sort(
+                key=lambda r: bool(children_of(view, (r.namespace, r.prefix), self.page_size))
+            )
             if live:  # the newest first: what a running request holds
                 ref = live[-1 - data.draw(up_to(len(live) - 1), label="cached node")]
         return self.do_lock(ref)
@@ -1013,6 +1037,7 @@ class ConformanceMachine(RuleBasedStateMachine):
     # ---- invariants every mode shares ----------------------------------------------------
 
     invariant_names: ClassVar[tuple[str, ...]] = (
+        "situations_reached",
         "implementation_checks_itself",
         "node_events_are_exact",
         "events_rebuild_the_pages",
@@ -1025,6 +1050,20 @@ class ConformanceMachine(RuleBasedStateMachine):
 
     def _started(self) -> bool:
         return hasattr(self, "sut")
+
+    @precondition(_started)
+    @invariant()
+    def situations_reached(self) -> None:
+        """The rule's last step is over: count the situations it reached (coverage.py)."""
+        self.probe.close(self.model)
+
+    def teardown(self) -> None:
+        """Steer the search: runs that reach rarely reached situations score higher. Only
+        in the searches that chase unreached situations: Hypothesis spends part of a
+        search on a target, which a first, bug-hunting search should not pay."""
+        if self._started() and self.session.steer and self.session.situations:
+            self.probe.close(self.model)
+            target(self.probe.rarity(), label="rare situations")
 
     @precondition(_started)
     @invariant()

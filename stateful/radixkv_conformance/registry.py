@@ -8,6 +8,8 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
+from radixkv_spec.situations import declared
+
 from radixkv_conformance.machines import ConformanceMachine, Session
 from radixkv_conformance.mamba_rules import MambaRules
 from radixkv_conformance.plain_rules import PlainRules
@@ -107,5 +109,8 @@ def machine_for(
         )
     if rules.mode != "plain" and profile.allocation == "cache":
         raise AdapterError(f"the {rules.mode} rule set has no rules for allocation='cache'")
-    session = Session(factory, profile, claims, known, progress=progress, name=name)
+    watched = tuple(declared(claims, profile.stores, profile.allocation))
+    session = Session(
+        factory, profile, claims, known, progress=progress, name=name, situations=watched
+    )
     return type(name, (rules,), {"session": session})

@@ -172,7 +172,9 @@ def own_bounds(text: str, label: str) -> Bounds:
 
 # ---- the canonical state ----------------------------------------------------------------------
 
-HISTORY = frozenset({"trace", "check", "events", "copies", "acknowledged", "session", "matched"})
+HISTORY = frozenset(
+    {"trace", "check", "events", "copies", "acknowledged", "session", "matched", "probe"}
+)
 """What only records what ran (or is the same in every state): never in a canonical state."""
 STALENESS = frozenset({"resets", "epoch", "deleted_at"})
 """What the kit keeps only to tell stale handles from live ones: each handle records that."""

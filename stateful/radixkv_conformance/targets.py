@@ -8,12 +8,19 @@ import importlib
 from typing import Any
 
 OWN_MODULE = "radixkv_conformance.adapters"
-OWN = (  # what ``radixkv check`` with no argument checks: (label, MODULE:FACTORY)
+SHAPES = (  # radixkv's caches of distinct shapes: what the explorers enumerate
     ("RadixCache", f"{OWN_MODULE}.radixkv:radix_cache"),
     ("RadixCache (SWA)", f"{OWN_MODULE}.radixkv:sliding_window"),
     ("MambaRadixCache", f"{OWN_MODULE}.radixkv:mamba"),
     ("ChunkCache", f"{OWN_MODULE}.chunk:factory"),
     ("RadixTrie", f"{OWN_MODULE}.max_trie:factory"),
+)
+OWN = (  # what ``radixkv check`` with no argument checks: (label, MODULE:FACTORY)
+    *SHAPES,
+    *(  # the eviction policies radixkv ships besides LRU (SPEC.md §6a)
+        (f"RadixCache ({policy.upper()})", f"{OWN_MODULE}.radixkv:policy_{policy}")
+        for policy in ("lfu", "fifo", "mru", "priority")
+    ),
 )
 REPLAY_DEFAULT = {  # the radixkv cache a trace of each mode replays against by default
     "plain": f"{OWN_MODULE}.radixkv:radix_cache",

@@ -1,0 +1,125 @@
+"""Functional coverage: which declared situations a run reached (``radixkv_spec.situations``).
+
+A ``Probe`` watches one run of a machine: when a step is logged it takes the spec model's
+view, and when the step is over (the next step is logged, or the rule's invariants run) it
+takes the view again and counts every situation the transition reached. Only the spec
+model is read, never the cache under test. ``Coverage`` is what a whole check reached and
+what it leaves unreached; the report prints it and ``radixkv check`` exits 3 when a run held
+every invariant but left a declared situation unreached (unless accepted).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from radixkv_spec.situations import (
+    BY_NAME,
+    Position,
+    Situation,
+    Transition,
+    View,
+    ends_mid_path,
+    reached,
+    view_of,
+)
+
+Step = dict[str, Any]
+
+
+class Probe:
+    """The situations one run reaches, step by step."""
+
+    def __init__(self, page_size: int, watched: Sequence[Situation], counts: Counter[str]):
+        self.page_size = page_size
+        self.watched = watched
+        self.counts = counts
+        self.seen: set[str] = set()  # reached in this run
+        self.splits: set[Position] = set()
+        self._open: tuple[Step, View] | None = None
+        self.handle: Position | None = None
+        self.handle_evicted = False
+
+    def open(self, step: Step, model: Any) -> None:
+        """A step starts: the model's view before it."""
+        self._open = (step, view_of(model)) if self.watched and "bad" not in step else None
+        self.handle, self.handle_evicted = None, False
+
+    def close(self, model: Any) -> None:
+        """The open step is over: count what it reached."""
+        if self._open is None:
+            return
+        step, before = self._open
+        self._open = None
+        transition = Transition(
+            op=step["op"],
+            before=before,
+            after=view_of(model),
+            page_size=self.page_size,
+            namespace=step.get("namespace"),
+            tokens=tuple(step.get("tokens", ())),
+            rejected=bool(step.get("expect", {}).get("rejected")),
+            handle=self.handle,
+            handle_evicted=self.handle_evicted,
+            splits=frozenset(self.splits),
+            amount=int(step.get("num_tokens", 0)),
+        )
+        for name in reached(transition, self.watched):
+            self.counts[name] += 1
+            self.seen.add(name)
+        split = ends_mid_path(transition) if transition.op in ("match", "insert") else None
+        if split is not None:
+            self.splits.add(split)
+
+    def rarity(self) -> float:
+        """How rare this run's situations are so far: the search's target (``teardown``)."""
+        return sum(1.0 / (1 + self.counts[name]) for name in self.seen)
+
+
+@dataclass
+class Coverage:
+    """Each declared situation with how often the check reached it."""
+
+    declared: tuple[Situation, ...]
+    counts: Counter[str] = field(default_factory=Counter)
+    accepted: frozenset[str] = frozenset()  # --uncovered-ok: left unreached knowingly
+
+    @property
+    def unreached(self) -> list[str]:
+        return [s.name for s in self.declared if not self.counts[s.name]]
+
+    @property
+    def missing(self) -> list[str]:
+        """Unreached and not accepted: what makes a run incomplete."""
+        return [name for name in self.unreached if name not in self.accepted]
+
+    @property
+    def complete(self) -> bool:
+        return not self.missing
+
+    def lines(self) -> list[str]:
+        out = []
+        for s in self.declared:
+            n = self.counts[s.name]
+            mark = (
+                ""
+                if n
+                else (
+                    "  (accepted: --uncovered-ok)" if s.name in self.accepted else "  NEVER REACHED"
+                )
+            )
+            out.append(f"    situation {s.name:<34} {n:>7}{mark}")
+        return out
+
+
+def check_names(names: Iterable[str]) -> frozenset[str]:
+    """``--uncovered-ok`` names, each a known situation (else a ``LookupError``)."""
+    chosen = frozenset(names)
+    bad = sorted(chosen - set(BY_NAME))
+    if bad:
+        raise LookupError(
+            f"--uncovered-ok: unknown situation(s) {bad}; known: {', '.join(sorted(BY_NAME))}"
+        )
+    return chosen
