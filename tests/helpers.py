@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from types import ModuleType
 from typing import NamedTuple, TypeVar
@@ -11,7 +12,15 @@ from typing import NamedTuple, TypeVar
 import pytest
 import torch
 
-from radixkv import InsertResult, KVIndexAllocator, MatchResult, RadixCache, RadixKey, TreeNode
+from radixkv import (
+    InsertResult,
+    KVIndexAllocator,
+    MatchResult,
+    RadixCache,
+    RadixKey,
+    TreeNode,
+    native,
+)
 from radixkv.keys import Token
 
 requires_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
@@ -41,6 +50,17 @@ class Snapshot(NamedTuple):
     evictable: int
     protected: int
     total: int
+
+
+@contextmanager
+def key_build(compiled: bool) -> Iterator[None]:
+    """Run the block on the compiled key helpers or on the pure reference ones."""
+    previous = native.helpers is not None
+    native.select(compiled=compiled)
+    try:
+        yield
+    finally:
+        native.select(compiled=previous)
 
 
 def all_nodes(cache: RadixCache) -> Iterator[TreeNode]:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import tracemalloc
 from array import array
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from functools import partial
 from typing import Any
 
@@ -23,6 +22,7 @@ from hypothesis import strategies as st
 
 from radixkv import ChunkCache, MambaRadixCache, RadixCache, RadixKey, TreeNode, native
 from radixkv.keys import ListKey, read_key
+from tests.helpers import key_build as build
 from tests.helpers import snapshot
 
 BUILDS = [
@@ -58,16 +58,6 @@ class _Sequence:
 
     def __iter__(self) -> Iterator[int]:
         return iter(self.ids)
-
-
-@contextmanager
-def build(compiled: bool) -> Iterator[None]:
-    previous = native.helpers is not None
-    native.select(compiled=compiled)
-    try:
-        yield
-    finally:
-        native.select(compiled=previous)
 
 
 def outcome(call: Callable[[], Any]) -> tuple[str, Any]:

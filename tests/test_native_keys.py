@@ -14,8 +14,7 @@ import importlib
 import os
 import struct
 from array import array
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from functools import partial
 from typing import Any
 
@@ -36,6 +35,7 @@ from radixkv.keys import (
     signs_clear,
     widen,
 )
+from tests.helpers import key_build as build
 from tests.helpers import path_tokens, snapshot
 
 compiled = pytest.mark.skipif(not native.available(), reason="the C key helpers are not built")
@@ -60,16 +60,6 @@ def test_the_build_ci_expects_is_the_one_in_use() -> None:
         assert native.helpers is None
     elif os.environ.get("RADIXKV_EXPECT_COMPILED") == "1":  # set by .ci/run
         assert native.available() and native.helpers is not None
-
-
-@contextmanager
-def build(compiled_helpers: bool) -> Iterator[None]:
-    previous = native.helpers is not None
-    native.select(compiled=compiled_helpers)
-    try:
-        yield
-    finally:
-        native.select(compiled=previous)
 
 
 def outcome(call: Callable[[], Any]) -> tuple[str, Any]:

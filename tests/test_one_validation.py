@@ -7,8 +7,7 @@ caller bug that RadixCache reports must not pass silently under ChunkCache (issu
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -24,6 +23,7 @@ from radixkv import (
     native,
 )
 from radixkv.base import BasePrefixCache
+from tests.helpers import key_build as build
 from tests.helpers import snapshot
 
 Call = Callable[[BasePrefixCache], object]
@@ -36,16 +36,6 @@ BUILDS = [
     ),
     pytest.param(False, id="pure"),
 ]
-
-
-@contextmanager
-def build(compiled: bool) -> Iterator[None]:
-    previous = native.helpers is not None
-    native.select(compiled=compiled)
-    try:
-        yield
-    finally:
-        native.select(compiled=previous)
 
 
 def insert(key: RadixKey, value: object = None, **kwargs: Any) -> Call:

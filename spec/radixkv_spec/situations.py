@@ -80,7 +80,8 @@ class Transition:
 @dataclass(frozen=True)
 class Situation:
     name: str
-    capability: str | None  # None: every cache that stores pages
+    capability: str | tuple[str, ...] | None  # None: every cache that stores pages; a tuple:
+    # any one of them makes it reachable
     text: str
     reached: Callable[[Transition], bool] = field(repr=False)
     allocation: str | None = None  # only where the profile's allocation is this
@@ -356,14 +357,8 @@ SITUATIONS: tuple[Situation, ...] = (
     ),
     Situation(
         "removal-after-split",
-        "hashing",
-        "an eviction removes a page below a split point (its hash must not change)",
-        _removal_after_split,
-    ),
-    Situation(
-        "event-removal-after-split",
-        "events",
-        "an eviction removes a page below a split point (BlockRemoved of a split node)",
+        ("hashing", "events"),
+        "an eviction removes a page below a split point (its hash, its BlockRemoved)",
         _removal_after_split,
     ),
     Situation(
@@ -422,9 +417,15 @@ def declared(
     return [
         s
         for s in SITUATIONS
-        if (s.capability is None or s.capability in capabilities)
+        if _claimed(s.capability, capabilities)
         and (s.allocation is None or s.allocation == allocation)
     ]
+
+
+def _claimed(needs: str | tuple[str, ...] | None, capabilities: Collection[str]) -> bool:
+    if needs is None:
+        return True
+    return any(c in capabilities for c in ((needs,) if isinstance(needs, str) else needs))
 
 
 def reached(t: Transition, among: Iterable[Situation] = SITUATIONS) -> list[str]:

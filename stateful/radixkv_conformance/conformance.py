@@ -225,41 +225,39 @@ def run_conformance(
             known=frozenset(acknowledged),
             progress=progress,
         )
+        if not report.searches:
+            report.coverage = Coverage(machine.session.situations, accepted=frozenset(uncovered_ok))
         machine.session.coverage = report.coverage.counts  # every search adds to one count
         machine.session.steer = report.searches > 0 and not report.complete
-        report.coverage = Coverage(
-            machine.session.situations, report.coverage.counts, frozenset(uncovered_ok)
-        )
         search_started = time.perf_counter()
         findings = _search(machine, _sized(settings, examples), draw)
-        seconds_per_run = (time.perf_counter() - search_started) / max(
-            1, machine.session.stats["runs"]
-        )
+        runs = max(1, machine.session.stats["runs"])
+        seconds_per_run = (time.perf_counter() - search_started) / runs
         report.searches += 1
         report.stats += machine.session.stats
         new = [f for f in findings if f.finding_id not in acknowledged]
-        if new:
+        if new:  # minimize them, then search on past them with the same draw
             if progress is not None:  # a search with findings runs longer: say why
                 print(f"{name}: minimizing {len(new)} new finding(s) by replay", file=sys.stderr)
             for finding in new[: max_failures - len(report.failures)]:
                 report.failures.append(_minimized(finding, factory, profile))
-                acknowledged.add(finding.finding_id)  # search on past it
+                acknowledged.add(finding.finding_id)
                 if on_failure is not None:
                     on_failure(report.failures[-1])
                 if over_budget():
+                    report.budget_spent = True
                     break
-        elif report.complete or budget is None:
+            if report.budget_spent:
+                break
+            continue
+        if report.complete or budget is None:
             break
-        if over_budget():
+        # situations left unreached: the next seed, in the time that is left
+        examples = int((started + budget - time.perf_counter()) / seconds_per_run)
+        if examples < MIN_EXAMPLES:
             report.budget_spent = True
             break
-        if not new:  # covered nothing new with this draw: the next seed, in what time is left
-            draw = 1 if draw is None else draw + 1
-            assert budget is not None
-            examples = int((started + budget - time.perf_counter()) / seconds_per_run)
-            if examples < MIN_EXAMPLES:
-                report.budget_spent = True
-                break
+        draw = 1 if draw is None else draw + 1
     report.seconds = time.perf_counter() - started
     return report
 

@@ -181,8 +181,8 @@ class KitHost:
     def free_swa(self, indices: Indices) -> None:
         self._machine.cache_freed("free_swa", tuple(int(i) for i in indices))
 
-    def alloc_slot(self) -> int:
-        return self._machine.new_slot()
+    def alloc_slot(self) -> int | None:
+        return self._machine.lend_slot()
 
     def free_slot(self, slot: int) -> None:
         self._machine.cache_freed("slot", (int(slot),))
@@ -467,6 +467,11 @@ class ConformanceMachine(RuleBasedStateMachine):
         slot = self.next_slot
         self.hand_out_slot(slot)
         return slot
+
+    def lend_slot(self) -> int | None:
+        """A slot the pool lends the cache (``host.alloc_slot``); a mode whose pool can be
+        full answers ``None`` (``MambaRules``)."""
+        return self.new_slot()
 
     def hand_out_slot(self, slot: int) -> None:
         """As ``hand_out``, for a state slot."""
@@ -911,16 +916,17 @@ class ConformanceMachine(RuleBasedStateMachine):
         (a locked victim) are tried as often as the others."""
         if not ref.prefix:
             live = [r for r in self.cached_refs.values() if not self.is_stale(r)]
-            # interior pages last, so the favoured draw takes one: an eviction must stop at
-            # a locked page whose children it takes (evict-empties-a-locked-parent), and
-            # handles left to chance rarely hold one
-            view = view_of(self.model)
-            live.sort(
-                key=lambda r: bool(children_of(view, (r.namespace, r.prefix), self.page_size))
-            )
             if live:  # the newest first: what a running request holds
+                self.interior_last(live)
                 ref = live[-1 - data.draw(up_to(len(live) - 1), label="cached node")]
         return self.do_lock(ref)
+
+    def interior_last(self, refs: list[NodeRef]) -> None:
+        """Order ``refs`` so the favoured draw takes a page with cached pages below it: an
+        eviction must stop at a locked page whose children it takes (the situation
+        ``evict-empties-a-locked-parent``), and handles left to chance rarely hold one."""
+        view = view_of(self.model)
+        refs.sort(key=lambda r: bool(children_of(view, (r.namespace, r.prefix), self.page_size)))
 
     @rule(held=consumes(locks))
     def unlock(self, held: LockRef) -> None:

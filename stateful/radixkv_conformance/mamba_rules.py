@@ -91,11 +91,11 @@ class MambaRules(ConformanceMachine):
         self.copies_held: set[int] = set()  # copy-on-write slots the caller holds now
         super().setup(page_size, window)
 
-    def new_slot(self) -> int | None:  # type: ignore[override]  # the pool may be full
-        """A fresh slot, for the engine's own use or lent to the cache (``host.alloc_slot``,
-        whose ``None`` is a full pool, as ``alloc_track_slot``'s is). During a match the
-        pool lends the room it had when the match began plus each slot the cache freed
-        since, once; the rest of the time (the engine's own slots) it never runs out."""
+    def lend_slot(self) -> int | None:
+        """A slot lent to the cache (``host.alloc_slot``, whose ``None`` is a full pool, as
+        ``alloc_track_slot``'s is). During a match the pool lends the room it had when the
+        match began plus each slot the cache freed since, once; the rest of the time it
+        never runs out (nor for the engine's own slots, ``new_slot``)."""
         lending = self.lending
         if lending is not None:
             freed = sum(1 for kind, _ in self.events[lending.seen :] if kind == "slot")
@@ -103,13 +103,7 @@ class MambaRules(ConformanceMachine):
                 lending.refused += 1
                 return None
             lending.lent += 1
-        return super().new_slot()
-
-    def engine_slot(self) -> int:
-        """A fresh slot for the engine's own use (an insert's, a request's working slot)."""
-        slot = self.new_slot()
-        assert slot is not None, "the engine's own slots never run out"
-        return slot
+        return self.new_slot()
 
     def lock_refusal(self, ref: NodeRef) -> str | None:
         if ref.prefix and not self.model.has_state(ref.namespace, ref.prefix):
@@ -133,7 +127,7 @@ class MambaRules(ConformanceMachine):
     # ---- steps ---------------------------------------------------------------------------
 
     def do_match(self, tokens: tuple[int, ...], namespace: Namespace) -> NodeRef:
-        """The core's match, with the pool lending for its copy (``new_slot``)."""
+        """The core's match, with the pool lending for its copy (``lend_slot``)."""
         room = max(0, self.STATE_POOL - len(self.model.owned_slots()))
         self.lending = Lending(len(self.events), room)
         try:
@@ -251,7 +245,7 @@ class MambaRules(ConformanceMachine):
             call = self.insert_call(list(tokens), ns, list(range(len(tokens))))
             self.do_bad_call("new tokens without a state", {**call, "state_slot": None})
             return multiple()  # the call was refused: no handle for the bundle
-        slot = self.engine_slot() if with_slot else None
+        slot = self.new_slot() if with_slot else None
         if not with_slot:
             self.count("insert without state")
         return self.do_insert(tokens, ns, self.allocate(len(tokens)), state_slot=slot)
@@ -264,12 +258,12 @@ class MambaRules(ConformanceMachine):
         tokens = self.draw_tokens(data)
         matched = self.do_match(tokens, ns)
         got = self.matched
-        working = got.cow_slot if got.cow_slot is not None else self.engine_slot()
+        working = got.cow_slot if got.cow_slot is not None else self.new_slot()
         done = len(matched.prefix)
         row = tuple(got.indices) + self.allocate(len(tokens) - done)
         if snapshot and got.branching_seqlen is not None and got.branching_seqlen > done:
             cut = got.branching_seqlen
-            self.do_insert(tokens[:cut], ns, row[:cut], state_slot=self.engine_slot())
+            self.do_insert(tokens[:cut], ns, row[:cut], state_slot=self.new_slot())
             protected = self.model.kv_len(ns, tokens[:cut])
             row = self.model.indices_of(ns, tokens[:protected]) + row[protected:]
             self.count("request with a snapshot")

@@ -148,8 +148,9 @@ class Host(Protocol):
     def free_swa(self, indices: Indices) -> None:
         """The cache freed the sliding-window KV of these indices (tombstoning them)."""
 
-    def alloc_slot(self) -> int:
-        """A fresh state slot (Mamba copy-on-write destination)."""
+    def alloc_slot(self) -> int | None:
+        """A fresh state slot (Mamba copy-on-write destination), or ``None`` when the pool
+        is full (as sglang's ``alloc_track_slot`` answers)."""
 
     def free_slot(self, slot: int) -> None:
         """The cache freed this state slot."""

@@ -38,7 +38,7 @@ class _DropsFrees:
     def free_swa(self, indices: Indices) -> None:
         self.host.free_swa(indices)
 
-    def alloc_slot(self) -> int:
+    def alloc_slot(self) -> int | None:
         return self.host.alloc_slot()
 
     def free_slot(self, slot: int) -> None:

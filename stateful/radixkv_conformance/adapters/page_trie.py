@@ -25,8 +25,8 @@ BUGS = {
     "cascade_locked": "a parent that an eviction leaves childless is evicted without "
     "checking its lock (a running request's KV is freed)",
     "stale_recency": "a match does not refresh the recency of the pages it hit",
-    "split_lock": "a lock stops at the first page of the held path's last page run "
-    "(a parent page of a held page stays unlocked)",
+    "split_lock": "a lock covers the held page and its parent only (a page further up "
+    "the held path stays unlocked)",
     "reset_keeps_locks": "reset keeps the lock counts of the pages it drops",
 }
 
@@ -114,45 +114,39 @@ class PageTrie:
         if not node.alive:
             raise ValueError("lock of an evicted page")
         node.held += 1
-        stop = 1 if "split_lock" in self.bugs else None
-        for n, held in enumerate(self._up(node)):
-            if stop is not None and n > stop:
-                break
-            held.lock_ref += 1
+        for page in self._covered(node):
+            page.lock_ref += 1
 
     def unlock(self, node: PageNode) -> None:
         if not node.alive or node.held == 0:
             raise ValueError("unlock of a page no lock holds")
         node.held -= 1
-        stop = 1 if "split_lock" in self.bugs else None
-        for n, held in enumerate(self._up(node)):
-            if stop is not None and n > stop:
-                break
-            held.lock_ref -= 1
+        for page in self._covered(node):
+            page.lock_ref -= 1
 
-    def _up(self, node: PageNode) -> list[PageNode]:
-        """The node and its ancestors below the root."""
+    def _covered(self, node: PageNode) -> list[PageNode]:
+        """The pages a lock on ``node`` holds: it and its ancestors below the root."""
         out = []
         at: PageNode | None = node
         while at is not None and at.parent is not None:
             out.append(at)
             at = at.parent
-        return out
+        return out[:2] if "split_lock" in self.bugs else out
 
-    def _nodes(self) -> list[PageNode]:
-        out, stack = [], list(self.roots.values())
+    def nodes(self, roots: list[PageNode] | None = None) -> list[PageNode]:
+        """Every page below ``roots`` (default: every namespace's root)."""
+        out, stack = [], [c for r in roots or self.roots.values() for c in r.children.values()]
         while stack:
             node = stack.pop()
             stack.extend(node.children.values())
-            if node.parent is not None:
-                out.append(node)
+            out.append(node)
         return out
 
     def evict(self, num_tokens: int) -> int:
         """Least recently used unlocked leaves first; a parent left childless is the next
         candidate."""
         heap: list[tuple[int, int, PageNode]] = []
-        for node in self._nodes():
+        for node in self.nodes():
             if not node.children and node.lock_ref == 0:
                 heap.append((node.last_use, id(node), node))
         heapq.heapify(heap)
@@ -171,7 +165,7 @@ class PageTrie:
         return freed
 
     def reset(self) -> None:
-        for node in self._nodes():
+        for node in self.nodes():
             self.free(node.value)
             node.alive = "reset_keeps_locks" in self.bugs and node.lock_ref > 0
         if "reset_keeps_locks" not in self.bugs:
@@ -183,7 +177,7 @@ class PageTrie:
             root.children.clear()
 
     def sizes(self) -> Sizes:
-        nodes = self._nodes()
+        nodes = self.nodes()
         total = sum(len(n.value) for n in nodes)
         protected = sum(len(n.value) for n in nodes if n.lock_ref > 0)
         return Sizes(total - protected, protected, total)
@@ -228,27 +222,16 @@ class PageTrieAdapter:
         return self.cache.sizes()
 
     def contents(self) -> dict[tuple[str | None, tuple[int, ...]], Indices]:
-        return {
-            (ns, node.path()): node.value
-            for ns, root in self.cache.roots.items()
-            for node in self._below(root)
-        }
+        return {(ns, node.path()): node.value for ns, node in self._pages()}
 
-    @staticmethod
-    def _below(root: PageNode) -> list[PageNode]:
-        out, stack = [], list(root.children.values())
-        while stack:
-            node = stack.pop()
-            out.append(node)
-            stack.extend(node.children.values())
-        return out
+    def _pages(self) -> list[tuple[str | None, PageNode]]:
+        return [(ns, n) for ns, root in self.cache.roots.items() for n in self.cache.nodes([root])]
 
     def snapshot(self) -> Hashable:
         return tuple(
             sorted(
                 (repr(ns), n.path(), n.value, n.lock_ref, n.held, n.last_use)
-                for ns, root in self.cache.roots.items()
-                for n in self._below(root)
+                for ns, n in self._pages()
             )
         )
 

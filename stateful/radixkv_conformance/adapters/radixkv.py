@@ -56,7 +56,7 @@ class _Pools:
     def free_swa(self, indices: torch.Tensor) -> None:
         self.host.free_swa(tuple(int(i) for i in indices.tolist()))
 
-    def alloc_track_slot(self) -> int:
+    def alloc_track_slot(self) -> int | None:
         return self.host.alloc_slot()
 
     def free_track_slot(self, slot: int) -> None:
