@@ -52,6 +52,16 @@ class Snapshot(NamedTuple):
     total: int
 
 
+BUILDS = [  # parametrize over both key paths: the compiled helpers and the pure reference
+    pytest.param(
+        True,
+        id="compiled",
+        marks=pytest.mark.skipif(not native.available(), reason="the C key helpers are not built"),
+    ),
+    pytest.param(False, id="pure"),
+]
+
+
 @contextmanager
 def key_build(compiled: bool) -> Iterator[None]:
     """Run the block on the compiled key helpers or on the pure reference ones."""

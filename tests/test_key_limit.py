@@ -22,17 +22,8 @@ from hypothesis import strategies as st
 
 from radixkv import ChunkCache, MambaRadixCache, RadixCache, RadixKey, TreeNode, native
 from radixkv.keys import ListKey, read_key
+from tests.helpers import BUILDS, snapshot
 from tests.helpers import key_build as build
-from tests.helpers import snapshot
-
-BUILDS = [
-    pytest.param(
-        True,
-        id="compiled",
-        marks=pytest.mark.skipif(not native.available(), reason="the C key helpers are not built"),
-    ),
-    pytest.param(False, id="pure"),
-]
 
 CONTAINERS: dict[str, Callable[[list[int]], Any]] = {
     "list": list,

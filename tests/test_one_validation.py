@@ -23,19 +23,10 @@ from radixkv import (
     native,
 )
 from radixkv.base import BasePrefixCache
+from tests.helpers import BUILDS, snapshot
 from tests.helpers import key_build as build
-from tests.helpers import snapshot
 
 Call = Callable[[BasePrefixCache], object]
-
-BUILDS = [
-    pytest.param(
-        True,
-        id="compiled",
-        marks=pytest.mark.skipif(not native.available(), reason="the C key helpers are not built"),
-    ),
-    pytest.param(False, id="pure"),
-]
 
 
 def insert(key: RadixKey, value: object = None, **kwargs: Any) -> Call:
