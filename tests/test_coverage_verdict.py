@@ -3,6 +3,11 @@ the options that bound or accept what a search leaves unreached."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 from hypothesis import settings
 from radixkv_conformance import run_conformance
@@ -35,10 +40,10 @@ def test_a_search_too_short_to_reach_the_situations_is_not_a_pass() -> None:
 
 
 def test_exit_statuses(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: object, capsys: pytest.CaptureFixture[str]
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.setenv("HYPOTHESIS_PROFILE", "coverage-tiny")
-    args = ["check", TARGET, "--budget", "0.01", "--traces", str(tmp_path)]
+    args = ["check", TARGET, "--budget", "0.01", "--traces", str(tmp_path / "traces")]
     assert main(args) == INCOMPLETE
     out = capsys.readouterr().out
     assert "held, incomplete" in out and "all invariants held" not in out
@@ -47,6 +52,19 @@ def test_exit_statuses(
     accepted = [a for name in missing for a in ("--uncovered-ok", name)]
     assert main(args + accepted) == PASSED
     assert "every declared situation reached" in capsys.readouterr().out
+
+
+def test_nothing_is_written_into_the_users_folder_but_traces(tmp_path: Path) -> None:
+    """Hypothesis' own cache (``.hypothesis/``) goes to the user's cache folder. In a fresh
+    process: Hypothesis picks its folder once per process."""
+    folder = tmp_path / "user"
+    folder.mkdir()
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache"), "HYPOTHESIS_PROFILE": "dev"}
+    command = [sys.executable, "-m", "radixkv_conformance.cli", "check", TARGET, "--budget", "1"]
+    done = subprocess.run(command, cwd=folder, env=env, capture_output=True, text=True)
+    assert done.returncode in (PASSED, INCOMPLETE), done.stderr
+    assert list(folder.iterdir()) == []
+    assert (tmp_path / "cache" / "radixkv" / "hypothesis").is_dir()
 
 
 @pytest.mark.parametrize(

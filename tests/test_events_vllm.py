@@ -1,7 +1,7 @@
 """radixkv's published batch, decoded by vLLM 0.33's own schema — by hand, not in CI.
 
     pip download --no-deps 'vllm==0.33.*' -d /tmp/vllm
-    RADIXKV_VLLM_WHEEL=/tmp/vllm/vllm-0.33.0-cp38-abi3-manylinux_2_28_x86_64.whl \\
+    VLLM_SRC=/tmp/vllm/vllm-0.33.0-cp38-abi3-manylinux_2_28_x86_64.whl \\
         pytest tests/test_events_vllm.py
 
 The wheel (336 MB, or a folder holding its ``vllm/``) is read in place: only
@@ -35,10 +35,10 @@ pytest.importorskip("zmq")  # vLLM's module imports it
 
 from radixkv.events.wire import encode_batch  # noqa: E402  # needs msgspec
 
-WHEEL = os.environ.get("RADIXKV_VLLM_WHEEL")
+WHEEL = os.environ.get("VLLM_SRC")
 pytestmark = pytest.mark.skipif(
     not WHEEL,
-    reason="set RADIXKV_VLLM_WHEEL to vLLM 0.33's wheel (pip download --no-deps 'vllm==0.33.*')"
+    reason="set VLLM_SRC to vLLM 0.33's wheel (pip download --no-deps 'vllm==0.33.*')"
     " or a folder holding its vllm/: this check is run by hand",
 )
 
@@ -49,7 +49,7 @@ def kv_events(monkeypatch: pytest.MonkeyPatch) -> Any:
     assert WHEEL is not None
     root = Path(WHEEL)
     if not (root / "vllm").exists() and root.suffix != ".whl":
-        pytest.fail(f"RADIXKV_VLLM_WHEEL={WHEEL} is neither a wheel nor a folder with vllm/")
+        pytest.fail(f"VLLM_SRC={WHEEL} is neither a wheel nor a folder with vllm/")
 
     def package(name: str, *path: str) -> None:
         module = types.ModuleType(name)

@@ -69,6 +69,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     os.environ.setdefault("HYPOTHESIS_PROFILE", "ci")
     if importlib.util.find_spec("hypothesis") is None:  # the cache alone does not need it
         parser.error("`radixkv check` needs the kit: pip install ./kit (radixkv-kit)")
+    _hypothesis_home_outside_the_folder()
     if not args.target and not all(map(importlib.util.find_spec, OWN_NEEDS)):
         parser.error(
             "with no MODULE:FACTORY, `radixkv check` checks radixkv's own caches, which need"
@@ -87,6 +88,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _check(targets, profile_name, args)
     except LookupError as error:
         parser.error(str(error))  # exits with status 2
+
+
+def _hypothesis_home_outside_the_folder() -> None:
+    """Hypothesis keeps a cache (``.hypothesis/``) in the current folder by default; the kit
+    writes nothing there but the traces asked for, so its cache goes to the user's cache
+    folder instead (``$XDG_CACHE_HOME/radixkv``, else ``~/.cache/radixkv``)."""
+    from hypothesis.configuration import set_hypothesis_home_dir
+
+    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    set_hypothesis_home_dir(os.path.join(cache, "radixkv", "hypothesis"))
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -1,7 +1,9 @@
 """Hypothesis profiles for the machines, chosen with ``HYPOTHESIS_PROFILE``.
 
 ``ci`` fits a 2-core CI run and is derandomized, so a red CI run reproduces exactly;
-``thorough`` is the long run users start by hand (``tox -e thorough``).
+``thorough`` is the long run users start by hand (``tox -e thorough``). No profile keeps an
+example database: the kit writes nothing into the user's folder but the traces asked for
+(``--traces``), and a trace is what replays a finding.
 """
 
 from __future__ import annotations
@@ -30,13 +32,19 @@ settings.register_profile(
     print_blob=False,
 )
 settings.register_profile(
-    "dev", max_examples=60, stateful_step_count=30, deadline=None, suppress_health_check=_SLOW_OK
+    "dev",
+    max_examples=60,
+    stateful_step_count=30,
+    deadline=None,
+    database=None,
+    suppress_health_check=_SLOW_OK,
 )
 settings.register_profile(
     "thorough",
     max_examples=2000,
     stateful_step_count=100,
     deadline=None,
+    database=None,
     suppress_health_check=_SLOW_OK,
 )
 
