@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
+import pytest
+from hypothesis.errors import UnsatisfiedAssumption
 from radixkv_conformance.adapters import broken
 from radixkv_conformance.adapters.radixkv import radix_cache
+from radixkv_conformance.machines import end_run
 from radixkv_conformance.minimize import minimize, without
 from radixkv_conformance.replay import replay
 
@@ -111,3 +115,13 @@ def test_minimizing_a_leak_keeps_the_leak_of_what_was_handed_out() -> None:
     assert [step["op"] for step in shortest["steps"]] == ["insert", "reset"]
     assert replay(shortest, broken.factory).finding == "INV-7:reset"
     assert replay(shortest, radix_cache).passed  # the minimized trace is no false leak
+
+
+def test_a_run_ended_outside_a_search_calls_no_hypothesis_api() -> None:
+    """A replay or a minimization runs outside any Hypothesis test: a known finding that
+    ends its run raises the exception ``reject()`` would, without calling ``reject()`` there
+    (a deprecation warning today, an error later)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(UnsatisfiedAssumption):
+            end_run()

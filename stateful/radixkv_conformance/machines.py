@@ -31,11 +31,11 @@ from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar, NoReturn, Protocol
 
-from hypothesis import note, reject, target
+from hypothesis import currently_in_test_context, note, reject, target
 from hypothesis import strategies as st
-from hypothesis.errors import HypothesisException
+from hypothesis.errors import HypothesisException, UnsatisfiedAssumption
 from hypothesis.stateful import (
     Bundle,
     RuleBasedStateMachine,
@@ -162,6 +162,15 @@ class Session:
         if "mamba" in self.capabilities:
             return "mamba"
         return "swa" if "swa" in self.capabilities else "plain"
+
+
+def end_run() -> NoReturn:
+    """End this run as one that proves nothing (a known finding it cannot go past): inside
+    a search, Hypothesis' ``reject()``; in a trace replay or a minimization, which run
+    outside any test, the exception ``reject()`` raises, without calling it there."""
+    if currently_in_test_context():
+        reject()
+    raise UnsatisfiedAssumption
 
 
 class KitHost:
@@ -414,7 +423,7 @@ class ConformanceMachine(RuleBasedStateMachine):
             # cannot be finished, so this run ends here (discarded; replay stops).
             self.acknowledge(fid)
             self.session.stats["runs ended by an acknowledged crash"] += 1
-            reject()  # trace replay stops here, as passed up to this step
+            end_run()  # trace replay stops here, as passed up to this step
         message = describe(error)
         document = trace_document(
             self.run_header(), self.trace, self.session.known, check, message, fid
@@ -577,7 +586,7 @@ class ConformanceMachine(RuleBasedStateMachine):
             )
             if changed:  # acknowledged, but the cache now holds a state the spec cannot model
                 self.session.stats["runs ended: an acknowledged call changed the cache"] += 1
-                reject()  # so later findings are never consequences of it
+                end_run()  # so later findings are never consequences of it
         self.require(self.sut.snapshot() == before, f"INV-14: rejected {what} changed the cache")
         self.require(len(self.events) == events, f"INV-14: rejected {what} freed something")
         self.require(self.next_slot == slots, f"INV-14: rejected {what} took a slot")

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from hypothesis import reject
 from hypothesis import strategies as st
 from hypothesis.stateful import invariant, precondition, rule
 from radixkv_spec.model import PrefixCacheModel, cached_len
@@ -20,6 +19,7 @@ from radixkv_conformance.machines import (
     SpecInsert,
     SpecMatch,
     Step,
+    end_run,
 )
 from radixkv_conformance.protocol import Evicted, Namespace, as_inserted, token_places
 from radixkv_conformance.strategies import EVICT_AMOUNTS
@@ -78,7 +78,7 @@ class PlainRules(ConformanceMachine):
             step["observed"] = {"indices": None if got.indices is None else list(got.indices)}
             if got.indices is None or len(got.indices) != len(key):
                 self.require(False, f"INV-12: insert reported indices {got.indices}", "owned")
-                reject()  # the spec cannot follow an insert whose indices are unknown
+                end_run()  # the spec cannot follow an insert whose indices are unknown
             made_room = [g for kind, g in self.events[seen:] if kind == "free"]
             if made_room:
                 self.evict_for_room(namespace, prefix, made_room)
