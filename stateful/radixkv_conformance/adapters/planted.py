@@ -1,5 +1,5 @@
 """A small prefix cache of someone else's, with bugs that can be planted: the kit's own
-check that it never passes a broken cache, and the worked example of docs/adapters.md.
+check that it never passes a broken cache, and the larger example of docs/adapters.md.
 
 ``PageMapCache`` is what an engine developer might write in an afternoon: a dict from
 (namespace, page path) to KV indices, lock counts per page, a logical clock per page, and
@@ -235,7 +235,7 @@ class PageMapCache:
 
 
 class PageMapAdapter:
-    """The kit's adapter for ``PageMapCache`` (docs/adapters.md walks through it)."""
+    """The kit's adapter for ``PageMapCache``."""
 
     capabilities = frozenset({"namespaces", "unlock_checks", "reset"})
     usage_errors: tuple[type[BaseException], ...] = (ValueError,)
