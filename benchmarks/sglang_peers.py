@@ -24,6 +24,7 @@ from typing import Any
 from radixkv_conformance.adapters._sglang_import import Stub as KitStub
 from radixkv_conformance.adapters._sglang_import import sglang_root
 
+from radixkv.driver.caches import SGLANG_WHEEL
 from radixkv.driver.replay import SglangReplay, sglang_factory
 
 # Packages whose __init__ would import the serving stack: loaded as bare shells.
@@ -167,6 +168,12 @@ class SglangRustReplay(SglangReplay):
     (keys: ``array('q')``). The controller frees evicted indices into the pool itself."""
 
     name = "sglang-rust"
+    # what its first call imports: `radixkv replay --compare` checks them before any work
+    requires = (
+        ("sglang", SGLANG_WHEEL),
+        ("msgspec", "pip install msgspec"),
+        ("numpy", "pip install numpy"),
+    )
 
     def __init__(self, page_size: int, pool: Any) -> None:
         self._rc, self._base = python_tree()

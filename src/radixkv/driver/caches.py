@@ -9,6 +9,8 @@ registers sglang's ``RadixCache``, built on the conformance kit's adapter, with
 
 from __future__ import annotations
 
+import importlib.util
+import sys
 from array import array
 from collections.abc import Callable
 from typing import Any, Protocol
@@ -187,6 +189,40 @@ def register_cache(name: str, factory: CacheFactory) -> None:
     CACHES[name] = factory
 
 
+SGLANG_WHEEL = "pip install --no-deps sglang==0.5.23"
+Requirement = tuple[str, str]
+"""A module a cache's factory imports when it is first called, and what installs it."""
+
+
+class _SglangFactory:
+    """``SglangReplay`` over the sglang modules ``load()`` returns, loaded on first use."""
+
+    requires: tuple[Requirement, ...] = (("sglang", SGLANG_WHEEL),)
+
+    def __init__(self, load: Callable[[], Any]) -> None:
+        self.load = load
+
+    def __call__(self, page_size: int, pool: ReplayPool) -> ReplayCache:
+        return SglangReplay(page_size, pool, self.load())
+
+
 def sglang_factory(load: Callable[[], Any]) -> CacheFactory:
-    """A factory of ``SglangReplay`` whose sglang modules ``load()`` returns, on first use."""
-    return lambda page_size, pool: SglangReplay(page_size, pool, load())
+    """A factory of ``SglangReplay`` whose sglang modules ``load()`` returns, on first use
+    (it ``requires`` sglang's wheel: ``missing_requirements``)."""
+    return _SglangFactory(load)
+
+
+def installed(module: str) -> bool:
+    """Whether ``module`` can be imported (found, not imported; a bare package shell that
+    an adapter's loader put in ``sys.modules`` counts, a ``None`` there blocks it)."""
+    if module in sys.modules:
+        return sys.modules[module] is not None
+    return importlib.util.find_spec(module) is not None
+
+
+def missing_requirements(cache_name: str) -> list[Requirement]:
+    """What replaying ``cache_name`` would import and is not installed: the ``requires``
+    of its factory (``(module, what installs it)`` pairs) whose module is absent. A check
+    before a replay starts, so that a missing peer stops it before any work, not after."""
+    needs: tuple[Requirement, ...] = getattr(CACHES[cache_name], "requires", ())
+    return [(module, hint) for module, hint in needs if not installed(module)]

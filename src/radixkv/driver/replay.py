@@ -46,6 +46,7 @@ from radixkv.driver.caches import (
     ReplayCache,
     SglangReplay,
     cache_factory,
+    missing_requirements,
     register_cache,
     sglang_factory,
 )
@@ -219,15 +220,22 @@ def resolve_cache(name: str) -> str:
     module_name, sep, attr = name.partition(":")
     if not sep:
         raise SystemExit(f"unknown cache {name!r}: one of {sorted(CACHES)} or MODULE:FACTORY")
-    factory = getattr(importlib.import_module(module_name), attr)
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as missing:  # a one-line message, naming what the module lacks
+        raise ImportError(f"{name}: cannot import {module_name} ({missing})") from None
+    factory = getattr(module, attr, None)
+    if factory is None:
+        raise ImportError(f"{name}: {module_name} has no {attr}")
     label = str(getattr(factory, "name", attr))
     register_cache(label, factory)
     return label
 
 
 def command(args: argparse.Namespace) -> int:
-    """Run ``radixkv replay`` with parsed ``args``."""
-    torch.set_num_threads(1)  # the benchmark's setting; the library never changes it
+    """Run ``radixkv replay`` with parsed ``args``: a usage error, or a cache it would
+    replay that needs a module not installed, is one line on stderr and status 2, before
+    any work."""
     cfg = WorkloadConfig(seed=args.seed, requests=args.requests, prompt_len=args.prompt_len)
     pool = args.pool_size or args.prompt_len * 48
     if args.compare and not args.plot:
@@ -236,6 +244,22 @@ def command(args: argparse.Namespace) -> int:
     if args.policy is not None and args.cache not in POLICY_CACHES:
         print(f"radixkv replay: --policy applies to {sorted(POLICY_CACHES)}", file=sys.stderr)
         return 2
+    try:  # every cache it will replay, resolved and found installed before any work
+        peers = [resolve_cache(name) for name in args.compare]
+    except ImportError as missing:
+        print(f"radixkv replay: --compare: {missing}", file=sys.stderr)
+        return 2
+    for flag, name in [("--cache", args.cache), *(("--compare", peer) for peer in peers)]:
+        lacking = missing_requirements(name)
+        if lacking:
+            needs = ", ".join(module for module, _ in lacking)
+            how = "; ".join(dict.fromkeys(hint for _, hint in lacking))
+            print(
+                f"radixkv replay: {flag} {name} needs {needs}, not installed: {how}",
+                file=sys.stderr,
+            )
+            return 2
+    torch.set_num_threads(1)  # the benchmark's setting; the library never changes it
     print(f"trace: seed {cfg.seed}, {cfg.requests} requests of ~{cfg.prompt_len} tokens")
     print(f"trace sha256 {trace_digest(cfg)}")
     quiet = args.no_progress or cfg.requests < 200 or not sys.stderr.isatty()
@@ -260,7 +284,7 @@ def command(args: argparse.Namespace) -> int:
     print(report.render())
     print(f"prefix-length digest {report.prefix_digest}")
     if args.plot:
-        caches = [args.cache, *map(resolve_cache, args.compare)]
+        caches = [args.cache, *peers]
         sweeps = [
             cache_sweep(name, cfg, page_size=args.page_size, batch=args.batch) for name in caches
         ]

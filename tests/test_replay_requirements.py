@@ -1,0 +1,93 @@
+"""``radixkv replay`` checks what each cache it will replay needs before any work (issue 30,
+first hour, item 3): with sglang absent, ``--compare sglang`` used to replay radixkv, sweep it,
+and only then die in a 45-line traceback. Now a missing module is one line on stderr naming
+what installs it, status 2, and nothing on stdout (no trace was replayed)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+import pytest
+from radixkv_conformance import cli
+from radixkv_conformance.cli import main
+
+from radixkv.driver import caches
+from radixkv.driver.caches import CACHES, SGLANG_WHEEL, installed, missing_requirements
+
+TINY = ["replay", "--requests", "24", "--prompt-len", "64", "--no-progress"]
+
+
+def absent(*modules: str) -> Callable[[str], bool]:
+    """``installed`` as on a machine without ``modules``."""
+    return lambda module: module not in modules and installed(module)
+
+
+@pytest.fixture
+def registry() -> Iterator[None]:
+    """``CACHES`` as it was: a MODULE:FACTORY peer registers itself."""
+    before = dict(CACHES)
+    yield
+    CACHES.clear()
+    CACHES.update(before)
+
+
+def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    status = main([*TINY, *args])
+    out, err = capsys.readouterr()
+    return status, out, err
+
+
+def test_the_import_check_finds_modules_without_importing_them() -> None:
+    assert installed("json") and not installed("radixkv_no_such_module")
+    assert missing_requirements("radixkv") == []  # radixkv's own caches need nothing more
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["--plot", "sweep.png", "--compare", "sglang"], ["--cache", "sglang"]],
+    ids=["compare", "cache"],
+)
+def test_a_missing_sglang_stops_the_replay_before_any_work(
+    args: list[str], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(caches, "installed", absent("sglang"))
+    status, out, err = run(capsys, *args)
+    assert status == 2
+    assert out == ""  # no trace replayed, no sweep
+    assert err.count("\n") == 1 and "Traceback" not in err
+    flag = args[-2]
+    assert err == f"radixkv replay: {flag} sglang needs sglang, not installed: {SGLANG_WHEEL}\n"
+
+
+def test_with_sglang_installed_the_check_lets_it_through(monkeypatch: pytest.MonkeyPatch) -> None:
+    cli._parser()  # registers "sglang" (the kit's adapter), as `radixkv replay` does
+    monkeypatch.setattr(caches, "installed", lambda module: True)
+    assert missing_requirements("sglang") == []
+    monkeypatch.setattr(caches, "installed", absent("sglang"))
+    assert missing_requirements("sglang") == [("sglang", SGLANG_WHEEL)]
+
+
+def test_a_peer_by_module_and_factory_names_what_it_lacks(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, registry: None
+) -> None:
+    """sglang's Rust core (benchmarks.sglang_peers) imports sglang, msgspec and numpy on its
+    first call: the check reads its ``requires`` and names each one missing."""
+    monkeypatch.setattr(caches, "installed", absent("msgspec", "numpy"))
+    peer = "benchmarks.sglang_peers:SglangRustReplay"
+    status, out, err = run(capsys, "--plot", "sweep.png", "--compare", peer)
+    assert (status, out) == (2, "")
+    assert err == (
+        "radixkv replay: --compare sglang-rust needs msgspec, numpy, not installed: "
+        "pip install msgspec; pip install numpy\n"
+    )
+
+
+def test_a_peer_module_that_does_not_import_is_one_line(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    status, out, err = run(capsys, "--plot", "sweep.png", "--compare", "radixkv_no_such:F")
+    assert (status, out) == (2, "")
+    assert err == (
+        "radixkv replay: --compare: radixkv_no_such:F: cannot import radixkv_no_such "
+        "(No module named 'radixkv_no_such')\n"
+    )
