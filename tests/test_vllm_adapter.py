@@ -1,4 +1,5 @@
-"""The vLLM adapter's loader (no vLLM needed) and, with ``VLLM_SRC`` set, a short search."""
+"""The vLLM adapter's loader (no vLLM needed) and, with ``VLLM_SRC`` set, short searches and
+the pool driven directly (``direct=1``: ``tests/vectors/vllm_direct_*.json``)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import pytest
 from hypothesis import settings
 from radixkv_conformance import run_conformance
 from radixkv_conformance.adapters import _vllm_import
+from radixkv_conformance.targets import load
 
 from tests.helpers import RecordingHost, peer_adapter
 
@@ -66,3 +68,98 @@ def test_a_short_search_holds_and_evicts_by_allocating() -> None:
     report.raise_for_failures()
     assert report.stats["tokens evicted to make room"] > 0
     assert report.stats["event records"] > 0
+
+
+def test_the_direct_option_claims_bad_input_and_unlock_checks() -> None:
+    vllm = peer_adapter("vllm", "vLLM's prefix cache")
+    host = RecordingHost()
+    factory, profile = load("radixkv_conformance.adapters.vllm:factory", {"direct": "1"})
+    direct = factory(2, host)  # as ``radixkv check ... --option direct=1`` builds it
+    assert {"bad_input", "unlock_checks"} <= direct.capabilities and profile is vllm.PROFILE
+    assert vllm.factory_direct(2, host).capabilities == direct.capabilities
+    plain = vllm.factory(2, host)
+    assert not {"bad_input", "unlock_checks"} & plain.capabilities
+
+
+def test_direct_evict_of_a_negative_count_reaches_get_new_blocks() -> None:
+    """vLLM's pool takes ``get_new_blocks(-1)``: it counts a free block it does not have,
+    and taking every block it counts free hands out the free queue's sentinel."""
+    vllm = peer_adapter("vllm", "vLLM's prefix cache")
+    plain = vllm.factory(1, RecordingHost(), blocks="3")
+    assert plain.evict(-1) == 0 and plain.pool.get_num_free_blocks() == 3  # never reached it
+    cache = vllm.factory_direct(1, RecordingHost(), blocks="3")
+    pool = cache.pool
+    before = cache.snapshot()
+    assert cache.evict(-1) == 0  # accepted: no usage error
+    assert cache.snapshot() != before  # the kit sees the change (the free count)
+    assert len(pool.free_block_queue.get_all_free_blocks()) == 3
+    assert pool.get_num_free_blocks() == 4
+    handed_out = pool.get_new_blocks(pool.get_num_free_blocks())
+    assert sorted(b.block_id for b in handed_out) == [-1, 1, 2, 3]
+
+
+def test_direct_lock_and_unlock_are_the_pools_touch_and_free_blocks() -> None:
+    vllm = peer_adapter("vllm", "vLLM's prefix cache")
+    cache = vllm.factory_direct(2, RecordingHost(), blocks="4")
+    got = cache.insert((1, 2, 3, 4), None, ())
+    blocks = [cache.pool.blocks[i // 2] for i in got.indices[::2]]
+    token = cache.lock(got.handle)
+    assert token == tuple(b.block_id for b in blocks) and cache.manager.req_to_blocks == {}
+    assert [b.ref_cnt for b in blocks] == [1, 1] and cache.sizes().protected == 4
+    cache.unlock(got.handle, token)
+    assert [b.ref_cnt for b in blocks] == [0, 0] and cache.sizes().evictable == 4
+    tail = [b.block_id for b in cache.pool.free_block_queue.get_all_free_blocks()][-2:]
+    assert tail == [b.block_id for b in reversed(blocks)]  # freed tail first: evicted last
+
+
+def test_direct_unlock_without_a_lock_frees_a_block_nobody_holds() -> None:
+    """vLLM's ``free_blocks`` of a block nobody holds: ``ref_cnt`` -1 in the free queue;
+    a request that touches it then holds it at 0, and an allocation evicts it under it."""
+    vllm = peer_adapter("vllm", "vLLM's prefix cache")
+    host = RecordingHost()
+    cache = vllm.factory_direct(1, host, blocks="3")
+    got = cache.insert((7,), None, ())
+    block = cache.pool.blocks[got.indices[0]]
+    cache.unlock(got.handle, None)  # accepted: no usage error
+    assert block.ref_cnt == -1 and block in cache.pool.free_block_queue.get_all_free_blocks()
+    cache.lock(got.handle)  # a request holds it now
+    assert block.ref_cnt == 0 and block in cache.pool.free_block_queue.get_all_free_blocks()
+    assert cache.evict(1) == 1 and host.freed == [got.indices]  # the held block is evicted
+    assert cache.match((7,), None)[0] == ()
+
+
+def test_an_unheld_block_freed_directly_fails_vllms_assert_when_allocated() -> None:
+    vllm = peer_adapter("vllm", "vLLM's prefix cache")
+    cache = vllm.factory_direct(1, RecordingHost(), blocks="3")
+    got = cache.insert((7,), None, ())
+    cache.unlock(got.handle, None)
+    with pytest.raises(AssertionError):  # get_new_blocks: assert block.ref_cnt == 0
+        cache.evict(3)
+
+
+DIRECT_FINDINGS = (  # what vLLM checks before its cache (validate_token_ids), not in it
+    "INV-14:bad-insert-with-a-bad-token",
+    "INV-14:bad-match-with-a-bad-token",
+    "INV-14:bad-insert-with-a-non-str-extra-key",
+    "INV-14:bad-match-with-a-non-str-extra-key",
+    "INV-14:bad-insert-with-a-value-shorter-than-the-key",  # vLLM takes no indices at all
+)
+
+
+@pytest.mark.search
+def test_a_direct_search_finds_both_bugs_and_holds_otherwise() -> None:
+    """With ``direct=1`` the kit finds both vectors' bugs, and lock, unlock and evict by the
+    pool hold every other check (the unmatched unlock acknowledged, so the search goes on)."""
+    vllm = peer_adapter("vllm", "vLLM's prefix cache")
+    short = settings(
+        max_examples=150, stateful_step_count=20, deadline=None, database=None, derandomize=True
+    )
+    small = functools.partial(vllm.factory_direct, blocks="4")
+    unmatched = "INV-14:unmatched-unlock"
+    known = (*DIRECT_FINDINGS, unmatched)
+    report = run_conformance(
+        small, profile=vllm.PROFILE, settings=short, name="vllm-direct", known=known
+    )
+    assert [f.finding for f in report.failures] == ["INV-14:bad-evict-a-negative-count"]
+    assert report.stats[f"acknowledged: {unmatched}"] > 0
+    assert report.stats["tokens evicted to make room"] > 0 and report.stats["unlock"] > 0

@@ -19,7 +19,27 @@ cached-but-free, tail first. ``lock``: a request holding the path's blocks; ``un
 Block ``b`` holds the page indices ``range(b * p, (b + 1) * p)``; block 0 is vLLM's null block.
 An insert the pool cannot hold beside the locked blocks (vLLM's scheduler would not admit
 it) drops the run (``hypothesis.reject``): the kit has no capacity refusal yet.
-Options (``--option KEY=VALUE``): ``blocks`` (pool size, default 16), ``events`` (default 1).
+Options (``--option KEY=VALUE``): ``blocks`` (pool size, default 16), ``events`` (default 1),
+``direct`` (default 0).
+
+``direct=1`` drives the ``BlockPool`` itself, as an engine's own code can (its methods are
+public), instead of through the manager's per-request bookkeeping: ``lock``
+is ``touch`` of the path's blocks (its token: their ids), ``unlock`` is ``free_blocks`` of
+those blocks, tail first (with no token: of the blocks the handle's path names now), and
+``evict(n)`` takes ``get_new_blocks`` of ``n`` tokens' worth of blocks in one call (whole
+blocks, rounded away from zero: a negative count reaches the pool negative), then one block
+at a time while short. Nothing is checked on the way, so the adapter claims ``bad_input`` and
+``unlock_checks``: the kit then tries ``get_new_blocks`` of a negative count (vLLM 0.33
+returns ``[]`` and raises ``num_free_blocks`` by as many) and ``free_blocks`` of a block
+nobody holds (``ref_cnt`` goes to -1, the block stays in the free queue); both are vectors
+(``tests/vectors/vllm_direct_*.json``). ``bad_input`` also covers tokens and extra keys,
+which vLLM checks before its cache (its renderer's ``validate_token_ids``; ``cache_salt`` is
+typed ``str``), not in it, and values shorter than their key, where vLLM takes no values at
+all: a search with ``direct=1`` reports those five too (``tests/test_vllm_adapter.py``)::
+
+    radixkv check radixkv_conformance.adapters.vllm:factory --option direct=1
+
+(``factory_direct`` is the same, named: what the vectors replay.)
 """
 
 from __future__ import annotations
@@ -86,13 +106,17 @@ class _Request:
 class VllmAdapter:
     usage_errors: tuple[type[BaseException], ...] = (ResetRefused,)
 
-    def __init__(self, page_size: int, host: Host, blocks: int, events: bool) -> None:
+    def __init__(
+        self, page_size: int, host: Host, blocks: int, events: bool, direct: bool = False
+    ) -> None:
         utils, interface, hashing = _UTILS, _INTERFACE, _HASHING
         logging.getLogger("vllm.v1.core.block_pool").setLevel(logging.ERROR)  # refused resets
         utils.init_none_hash(hashing.sha256)
-        self.page_size, self.host, self.utils = page_size, host, utils
+        self.page_size, self.host, self.utils, self.direct = page_size, host, utils, direct
         self.capabilities = frozenset(
-            {"namespaces", "reset", "hashing"} | ({"events"} if events else set())
+            {"namespaces", "reset", "hashing"}
+            | ({"events"} if events else set())
+            | ({"bad_input", "unlock_checks"} if direct else set())
         )
         self.hasher = utils.get_request_block_hasher(page_size, hashing.sha256)
         self.pool = _POOL.BlockPool(blocks + 1, True, page_size, enable_kv_cache_events=events)
@@ -150,20 +174,34 @@ class VllmAdapter:
         m.free(rid)
         return Inserted(len(hit) * p, (namespace, key), indices=self._indices(blocks))
 
-    def lock(self, handle: Place) -> str:
+    def lock(self, handle: Place) -> str | tuple[int, ...]:
         request = self._request(handle[1], handle[0])
         hit = self._hit(request)
+        if self.direct:  # the pool itself: a reference on each block of the path
+            self.pool.touch(hit)
+            return tuple(b.block_id for b in hit)
         self.manager.add_local_computed_blocks(
             request.request_id, hit, len(hit) * self.page_size, 0
         )
         return str(request.request_id)
 
-    def unlock(self, handle: Place, token: str) -> None:
-        self.manager.free(token)
+    def unlock(self, handle: Place, token: str | tuple[int, ...] | None) -> None:
+        if not self.direct:
+            self.manager.free(str(token))
+            return
+        if token is None:  # a release by a caller that believes it holds the handle's path
+            held = self._hit(self._request(handle[1], handle[0]))
+        else:
+            held = [self.pool.blocks[i] for i in token]
+        self.pool.free_blocks(reversed(held))  # tail first, as vLLM's manager frees
 
     def evict(self, num_tokens: int) -> int:
         taken: list[Any] = []
         start = self.evicted
+        if self.direct:  # one get_new_blocks for n tokens, unchecked
+            whole = -(-abs(num_tokens) // self.page_size)
+            want = whole if num_tokens >= 0 else -whole
+            taken += self.pool.get_new_blocks(min(want, self.pool.get_num_free_blocks()))
         while (self.evicted - start) * self.page_size < num_tokens:
             if self.pool.get_num_free_blocks() == 0:
                 break
@@ -205,14 +243,26 @@ class VllmAdapter:
                 (r, tuple(b.block_id for b in bs)) for r, bs in self.manager.req_to_blocks.items()
             )
         )
-        return queue, blocks, held
+        return queue, self.pool.get_num_free_blocks(), blocks, held
 
     def check(self) -> None:
         """vLLM has no invariant check of its own."""
 
 
 def factory(
+    page_size: int,
+    host: Host,
+    blocks: str | int = 16,
+    events: str | int = 1,
+    direct: str | int = 0,
+) -> VllmAdapter:
+    """vLLM's block pool of ``blocks`` blocks (plus the null block); ``events=0``: no KV
+    events; ``direct=1``: lock, unlock and evict call the pool itself (module docstring)."""
+    return VllmAdapter(page_size, host, int(blocks), bool(int(events)), bool(int(direct)))
+
+
+def factory_direct(
     page_size: int, host: Host, blocks: str | int = 16, events: str | int = 1
 ) -> VllmAdapter:
-    """vLLM's block pool of ``blocks`` blocks (plus the null block); ``events=0``: no KV events."""
-    return VllmAdapter(page_size, host, int(blocks), bool(int(events)))
+    """``factory`` with ``direct=1``, under a name a vector's ``outcomes`` can give."""
+    return factory(page_size, host, blocks, events, direct=1)
