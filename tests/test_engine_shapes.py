@@ -1,4 +1,4 @@
-"""Engine shapes are profile policies, not adapter hacks (DECISIONS §4, 2026-11-26).
+"""Engine shapes are profile policies, not adapter hacks (docs/decisions.md §4, 2026-11-26).
 
 ``adapters.planted`` is a small cache written without radixkv; its ``vllm`` and ``max``
 shapes have habits radixkv does not (no refresh on lookup, reset refused while held, its own

@@ -1,4 +1,4 @@
-"""What a cache publishes carries plain Python ints (DECISIONS, 2026-11-28; issue 30).
+"""What a cache publishes carries plain Python ints (docs/decisions.md, 2026-11-28; issue 30).
 
 MAX's trie takes any hashable token, numpy integers included; with an event listener its
 stored tokens are token ids, and a router (``RouterFilter``, msgpack on the wire) reads

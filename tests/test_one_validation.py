@@ -1,4 +1,4 @@
-"""One validation for every cache (DECISIONS, 2026-11-28): ChunkCache, RadixCache and
+"""One validation for every cache (docs/decisions.md, 2026-11-28): ChunkCache, RadixCache and
 MambaRadixCache refuse the same bad calls with the same error type, before any change.
 
 A scheduler is written once and runs on whichever cache the server was started with, so a

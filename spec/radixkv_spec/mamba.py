@@ -238,7 +238,7 @@ class MambaCacheModel:
         survives); the copy goes into the slot that eviction freed, and without one the
         match is a miss at the root. Either way the result describes the cache as that
         eviction left it: a copy that makes room answers for the cache it leaves
-        (DECISIONS.md, 2026-11-28). Raises ``SpecViolation`` (INV-34, or the eviction's),
+        (docs/decisions.md, 2026-11-28). Raises ``SpecViolation`` (INV-34, or the eviction's),
         leaving the model unchanged, except for what ``waive`` acknowledges.
         """
         ns = validate_namespace(extra_key)

@@ -190,7 +190,7 @@ TAIL_PAGES = TailPages()
 @dataclass(frozen=True)
 class DeepestState:
     """A Mamba match is cut back to the deepest matched position holding a state, and the
-    request gets a copy of that state (sglang's MambaRadixCache; DECISIONS.md §2)."""
+    request gets a copy of that state (sglang's MambaRadixCache; docs/decisions.md §2)."""
 
     name: str = "deepest-state"
     copies_state: bool = True
