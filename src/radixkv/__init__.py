@@ -3,6 +3,7 @@
 The public API follows the seed documents (pymllm ``mem_cache``); semantics are in SPEC.md.
 """
 
+from radixkv import _torch  # noqa: F401  (first: torch, without its NumPy warning)
 from radixkv.allocator import DoubleFreeError, HybridKVAllocator, KVIndexAllocator
 from radixkv.base import (
     BasePrefixCache,
