@@ -159,6 +159,14 @@ def _parser() -> argparse.ArgumentParser:
         help="search time per cache while declared situations are unreached (default %(default)g)",
     )
     check.add_argument(
+        "--explore",
+        default="tree",
+        metavar="BOUNDS",
+        help="before the search, every state within these bounds breadth first, for a quarter "
+        "of the budget (default %(default)s: keys of two pages, two namespaces, one lock; "
+        "BOUNDS as --states takes them; none: no exploration)",
+    )
+    check.add_argument(
         "--seed",
         type=int,
         default=None,
@@ -246,12 +254,14 @@ def _check(targets: list[tuple[str, str]], profile_name: str | None, args: Any) 
     from radixkv_conformance import profiles
     from radixkv_conformance.conformance import run_conformance
     from radixkv_conformance.progress import Progress
+    from radixkv_conformance.states import parse_bounds
 
     settings_name = profiles.load_profile()
     print(
         f"radixkv check: Hypothesis settings profile {settings_name!r}, "
         f"budget {args.budget:g}s per cache"
     )
+    explore = None if args.explore == "none" else parse_bounds(args.explore)
     failed: list[str] = []
     incomplete: list[str] = []
     for label, target in targets:
@@ -270,6 +280,7 @@ def _check(targets: list[tuple[str, str]], profile_name: str | None, args: Any) 
                 uncovered_ok=args.uncovered_ok,
                 seed=args.seed,
                 on_failure=show,
+                explore=explore,
             )
         print("\n" + report.render())
         if not report.passed:
@@ -314,7 +325,7 @@ def _states(target: str | None, profile_name: str | None, args: Any) -> int:
         factory, declared = load(target, args.option)
         profile = _profile(profile_name, declared)
         explored = [exhaustive.target(target, factory, profile, args.known)]
-    return states.command(explored, args.states, args.traces, own=target is None)
+    return states.command(explored, args.states, args.traces, target is None, args.budget)
 
 
 def _replay(path: Path, target: str | None, profile_name: str | None, args: Any) -> int:

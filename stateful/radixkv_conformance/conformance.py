@@ -36,14 +36,23 @@ from hypothesis.reporting import with_reporter
 from hypothesis.stateful import get_state_machine_test
 
 from radixkv_conformance.coverage import Coverage
+from radixkv_conformance.exhaustive import Finding as StatesFinding
 from radixkv_conformance.findings import Finding, flatten, invariant_id
 from radixkv_conformance.machines import ConformanceMachine
 from radixkv_conformance.minimize import minimize
 from radixkv_conformance.profile import RADIXKV, Profile, describe
 from radixkv_conformance.protocol import CAPABILITIES, AdapterFactory, require_capabilities
 from radixkv_conformance.registry import machine_for, probe_adapter
+from radixkv_conformance.states import Bounds, StatesReport, explore_states
 
-NOT_RULES = ("runs", "steps", "invariant checks", "evicted tokens", "evicted slots")
+NOT_RULES = (
+    "runs",
+    "steps",
+    "invariant checks",
+    "evicted tokens",
+    "evicted slots",
+    "explored transitions",
+)
 
 
 class ConformanceError(AssertionError):
@@ -91,6 +100,7 @@ class ConformanceReport:
     coverage: Coverage = field(default_factory=lambda: Coverage(()))
     searches: int = 0  # Hypothesis searches run: the first draw, then one per seed
     budget_spent: bool = False  # the search stopped at its time budget
+    explored: list[StatesReport] = field(default_factory=list)  # its breadth-first stages
 
     @property
     def complete(self) -> bool:
@@ -155,6 +165,8 @@ class ConformanceReport:
             lines.append(f"    profile notes: {self.profile.notes}")
         if self.notes:
             lines.append(f"    adapter notes: {self.notes}")
+        for stage in self.explored:
+            lines.append(f"    explored breadth first: {stage.summary()}")
         lines += [f"    {what:<48} {n:>7}" for what, n in self.rules.items()]
         lines += self.coverage.lines()
         if self.coverage.missing:
@@ -186,6 +198,7 @@ def run_conformance(
     uncovered_ok: Iterable[str] = (),
     seed: int | None = None,
     on_failure: Callable[[Failure], None] | None = None,
+    explore: Bounds | None = None,
 ) -> ConformanceReport:
     """Model-check the cache ``factory`` builds against the spec, under ``profile``.
 
@@ -203,6 +216,12 @@ def run_conformance(
     are favoured (``ConformanceMachine.teardown``). Without a budget there is one search
     (and one more past each batch of findings). ``uncovered_ok`` names situations the
     report may leave unreached without calling the run incomplete.
+
+    ``explore`` first explores every state within those bounds breadth first
+    (``states.explore_states``) for a share of the budget (``EXPLORE_SHARE``, at least
+    ``EXPLORE_FLOOR`` seconds of it; without a budget, ``EXPLORE_SECONDS``): its findings
+    are shortest sequences, reported at once and acknowledged by the search after it, and
+    the situations it reached count as reached.
     """
     name = name or getattr(factory, "__qualname__", None) or "cache"
     adapter = probe_adapter(factory, profile)
@@ -215,26 +234,35 @@ def run_conformance(
     def over_budget() -> bool:
         return budget is not None and time.perf_counter() - started >= budget
 
-    draw, examples = seed, None
-    while len(report.failures) < max_failures:
-        machine = machine_for(
-            f"{_identifier(name)}Machine",
+    def machine(kind: str) -> type[ConformanceMachine]:
+        return machine_for(
+            f"{_identifier(name)}{kind}",
             factory,
             profile,
             capabilities=capabilities,
             known=frozenset(acknowledged),
             progress=progress,
         )
-        if not report.searches:
-            report.coverage = Coverage(machine.session.situations, accepted=frozenset(uncovered_ok))
-        machine.session.coverage = report.coverage.counts  # every search adds to one count
-        machine.session.steer = report.searches > 0 and not report.complete
+
+    situations = machine("Machine").session.situations
+    report.coverage = Coverage(situations, accepted=frozenset(uncovered_ok))
+    if explore is not None:
+        seconds = EXPLORE_SECONDS
+        if budget is not None:
+            seconds = max(budget * EXPLORE_SHARE, min(budget, EXPLORE_FLOOR))
+        _explore(machine("Explored"), explore, seconds, report, progress, on_failure)
+        acknowledged.update(failure.finding for failure in report.failures)
+    draw, examples = seed, None
+    while len(report.failures) < max_failures and not (report.searches and over_budget()):
+        searched = machine("Machine")
+        searched.session.coverage = report.coverage.counts  # every search adds to one count
+        searched.session.steer = report.searches > 0 and not report.complete
         search_started = time.perf_counter()
-        findings = _search(machine, _sized(settings, examples), draw)
-        runs = max(1, machine.session.stats["runs"])
+        findings = _search(searched, _sized(settings, examples), draw)
+        runs = max(1, searched.session.stats["runs"])
         seconds_per_run = (time.perf_counter() - search_started) / runs
         report.searches += 1
-        report.stats += machine.session.stats
+        report.stats += searched.session.stats
         new = [f for f in findings if f.finding_id not in acknowledged]
         if new:  # minimize them, then search on past them with the same draw
             if progress is not None:  # a search with findings runs longer: say why
@@ -258,11 +286,55 @@ def run_conformance(
             report.budget_spent = True
             break
         draw = 1 if draw is None else draw + 1
+    report.budget_spent = report.budget_spent or over_budget()
     report.seconds = time.perf_counter() - started
     return report
 
 
 MIN_EXAMPLES = 10  # a search for unreached situations shorter than this is not started
+EXPLORE_SHARE = 0.25  # of the budget, for the breadth-first exploration before the search
+EXPLORE_SECONDS = 30.0  # the exploration's time without a budget
+EXPLORE_FLOOR = 10.0  # ... and at least this much of a small one (trees need four steps)
+
+
+def _explore(
+    machine: type[ConformanceMachine],
+    bounds: Bounds,
+    seconds: float,
+    report: ConformanceReport,
+    progress: Callable[[Counter[str]], None] | None,
+    on_failure: Callable[[Failure], None] | None,
+) -> None:
+    """Every state within ``bounds``, breadth first, for ``seconds`` shared by its stages
+    (``Bounds.stages``): each finding (a shortest sequence, handed over as found) goes into
+    the report once; the situations reached count."""
+    machine.session.coverage = report.coverage.counts
+
+    def found(finding: StatesFinding) -> None:
+        if any(failure.finding == finding.id for failure in report.failures):
+            return  # an earlier stage found it, as short or shorter
+        if finding.trace is None:  # the kit's machines trace every finding
+            raise RuntimeError(f"{finding.id}: the exploration kept no trace")
+        report.failures.append(Failure(finding.id, finding.check, finding.message, finding.trace))
+        if on_failure is not None:
+            on_failure(report.failures[-1])
+
+    def show(explored: StatesReport) -> None:
+        if progress is not None:
+            progress(Counter({"runs": explored.states, "steps": explored.transitions}))
+
+    stages = bounds.stages()
+    for stage in stages:
+        explored = explore_states(
+            machine,
+            stage,
+            name=report.name,
+            progress=show,
+            budget=seconds / len(stages),
+            on_finding=found,
+        )
+        report.explored.append(explored)
+        report.stats["explored transitions"] += explored.transitions
 
 
 def _sized(settings: Settings | None, examples: int | None) -> Settings | None:

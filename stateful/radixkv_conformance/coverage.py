@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Sequence
+from copy import deepcopy
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,6 +42,14 @@ class Probe:
         self._open: tuple[Step, View] | None = None
         self.handle: Position | None = None
         self.handle_evicted = False
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Probe:
+        """A copy of a run (the state explorer forks runs) counts into the same tally."""
+        copy = Probe(self.page_size, self.watched, self.counts)
+        copy.seen, copy.splits = set(self.seen), set(self.splits)
+        copy._open, copy.handle = deepcopy(self._open, memo), self.handle
+        copy.handle_evicted = self.handle_evicted
+        return copy
 
     def open(self, step: Step, model: Any) -> None:
         """A step starts: the model's view before it."""

@@ -41,7 +41,7 @@ from radixkv_conformance.machines import (
     Step,
 )
 from radixkv_conformance.protocol import Evicted, Indices, Inserted, Matched, Namespace
-from radixkv_conformance.strategies import one_of
+from radixkv_conformance.strategies import EVICT_AMOUNTS, one_of
 
 UNUSED_SLOT = 10**9  # a slot nobody holds: in a bad call only the other argument is wrong
 
@@ -270,7 +270,7 @@ class MambaRules(ConformanceMachine):
         self.count("request")
         return self.do_insert(tokens, ns, row, state_slot=working)
 
-    @rule(num_tokens=st.integers(0, 24), mamba_slots=st.integers(0, 4))
+    @rule(num_tokens=EVICT_AMOUNTS, mamba_slots=st.integers(0, 4))
     def evict(self, num_tokens: int, mamba_slots: int) -> None:
         self.do_evict(num_tokens, mamba_slots=mamba_slots)
 

@@ -86,6 +86,13 @@ class Bounds:
             f"evict={many(self.evict)},depth={cap}"
         )
 
+    def stages(self) -> tuple[Bounds, ...]:
+        """These bounds widened in steps, for a time-boxed exploration: one namespace first
+        (the tree's depth comes sooner: two namespaces double every level), then all."""
+        if self.namespaces == 1:
+            return (self,)
+        return (dataclasses.replace(self, namespaces=1), self)
+
     def low(self) -> int:
         """Numbers below this keep their value in a canonical state: tokens, page sizes,
         windows, lock counts (the bounds admit no larger ones); every other number is an
@@ -103,7 +110,8 @@ class Bounds:
             "window": Fixed(self.windows),
             "namespace": namespaces,
             "tail": tokens,
-            "evict.num_tokens": Fixed(self.evict),
+            # 0: an eviction of SWA pages or Mamba states alone (a no-op for the rest)
+            "evict.num_tokens": Fixed((0, *self.evict)),
             "evict.swa_num_tokens": Fixed((0, *small)),
         }
         return Alphabet(f"states {self.text()}", domains)
@@ -115,17 +123,24 @@ def _lengths(n: int) -> Callable[[int], Sequence[int]]:
 
 def parse_bounds(text: str, base: Bounds | None = None) -> Bounds:
     """``page=1+2,length=2,namespaces=2,locks=2,evict=1+all,depth=8`` (any subset, over
-    ``base``), or a preset's name (``PRESETS``)."""
+    ``base``), or a preset's name (``PRESETS``); anything else is a ``LookupError`` that
+    names what is accepted."""
     if text in PRESETS:
         return PRESETS[text]
     bounds = base or Bounds()
+    names = sorted(f.name for f in dataclasses.fields(Bounds))
     for item in filter(None, text.split(",")):
         key, sep, value = item.partition("=")
         key = ALIASES.get(key, key)
-        names = {f.name for f in dataclasses.fields(Bounds)}
         if not sep or key not in names:
-            raise LookupError(f"--states {text!r}: {item!r} is not KEY=VALUE, KEY in {names}")
-        bounds = dataclasses.replace(bounds, **{key: _bound_value(key, value)})
+            raise LookupError(
+                f"bounds {text!r}: {item!r} is not KEY=VALUE with KEY one of {', '.join(names)}"
+                f" (or a preset: {', '.join(PRESETS)})"
+            )
+        try:
+            bounds = dataclasses.replace(bounds, **{key: _bound_value(key, value)})
+        except ValueError as error:
+            raise LookupError(f"bounds {text!r}: {key}={value!r}: {error}") from None
     return bounds
 
 
@@ -134,15 +149,29 @@ ALIASES = {"page": "pages", "window": "windows"}
 
 def _bound_value(key: str, value: str) -> Any:
     if key == "depth":
-        return None if value == "none" else int(value)
+        return None if value == "none" else _positive(value, "none or a positive step count")
     if key in ("pages", "windows", "evict"):
-        return tuple(EVICT_ALL if v == "all" else int(v) for v in value.split("+"))
-    return int(value)
+        many = "positive numbers joined by +" + (" (or all)" if key == "evict" else "")
+        return tuple(
+            EVICT_ALL if v == "all" and key == "evict" else _positive(v, many)
+            for v in value.split("+")
+        )
+    return _positive(value, "a positive number")
 
 
+def _positive(text: str, accepted: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise ValueError(f"expected {accepted}")
+    return int(text)
+
+
+TREE = Bounds(tokens=1, length=2, namespaces=2, locks=1)
+"""Bounds that admit trees: keys of two pages (so a parent, a split, an interior lock), two
+namespaces, one lock held, evict one page and all; no depth cap (a time budget ends it)."""
 PRESETS = {
     "tiny": Bounds(),
-    "ci": Bounds(length=1, namespaces=1, locks=1),
+    "ci": TREE,  # a MODULE:FACTORY's (radixkv's own caches: ``OWN_BOUNDS``)
+    "tree": TREE,
     "large": Bounds(pages=(1, 2), length=2, namespaces=2, locks=2),
 }
 """Named bounds; ``own_bounds`` picks the CI bounds of each of radixkv's caches."""
@@ -405,6 +434,8 @@ class StatesReport:
     transitions: int = 0
     max_depth: int = 0
     fixpoint: bool = False
+    budget_spent: bool = False  # stopped at its time budget, inside level ``complete + 1``
+    complete: int = 0  # every state this many steps from a start was expanded
     beyond: int = 0  # successors past the lock bound: checked, not expanded
     seconds: float = 0.0
     by_depth: Counter[int] = field(default_factory=Counter)
@@ -417,12 +448,26 @@ class StatesReport:
     def passed(self) -> bool:
         return not self.findings
 
+    def ending(self) -> str:
+        if self.budget_spent:
+            return (
+                f"time budget spent: every state within {self.complete} steps expanded, "
+                f"depth {self.complete + 1} in part"
+            )
+        return "fixpoint reached" if self.fixpoint else "depth cap reached, no fixpoint"
+
+    def summary(self) -> str:
+        """One line: how much, how deep, how it ended, within which bounds."""
+        return (
+            f"{self.states} states, {self.transitions} transitions in {self.seconds:.1f}s, "
+            f"{self.ending()} ({self.bounds})"
+        )
+
     def render(self) -> str:
         verdict = "ok" if self.passed else f"FAILED ({len(self.findings)} findings)"
-        end = "fixpoint reached" if self.fixpoint else "depth cap reached, no fixpoint"
         lines = [
             f"{self.name}: {verdict} — {self.states} states, {self.transitions} transitions, "
-            f"deepest state at depth {self.max_depth}, {self.seconds:.1f}s, {end} "
+            f"deepest state at depth {self.max_depth}, {self.seconds:.1f}s, {self.ending()} "
             f"(fork={self.fork})",
             f"    bounds: {self.bounds}; {self.beyond} successors past the lock bound "
             "checked, not expanded",
@@ -444,6 +489,8 @@ class _Breadth(_Explorer):
         super().__init__(driver, shim, fork)
         self.states, self.bounds = report, bounds
         self.visited: set[Hashable] = set()
+        self.deadline = float("inf")
+        self.on_finding: Callable[[Finding], None] | None = None
 
     def branch(self, state: _State) -> _State:
         if self.fork == "copy":
@@ -478,11 +525,16 @@ class _Breadth(_Explorer):
             if self._new(root, 0, merge):
                 level.append(root)
         depth = 0
-        while level and (self.bounds.depth is None or depth < self.bounds.depth):
-            nxt: list[_State] = []
-            for state in level:
-                nxt += self._expand(state, depth, merge)
-            level, depth = nxt, depth + 1
+        try:
+            while level and (self.bounds.depth is None or depth < self.bounds.depth):
+                nxt: list[_State] = []
+                for state in level:
+                    nxt += self._expand(state, depth, merge)
+                level, depth = nxt, depth + 1
+                self.states.complete = depth
+        except _OutOfTime:
+            self.states.budget_spent = True
+            return
         self.states.fixpoint = not level
 
     def _expand(self, state: _State, depth: int, merge: bool) -> list[_State]:
@@ -491,6 +543,8 @@ class _Breadth(_Explorer):
         for child, call in self.children(state):
             self.states.transitions += 1
             self._maybe_progress()
+            if time.perf_counter() >= self.deadline:
+                raise _OutOfTime
             failed = call.error or self._check(child)
             if failed is not None:
                 self._found(child, [*steps, call.step], failed)
@@ -521,6 +575,18 @@ class _Breadth(_Explorer):
             state = self.rebuild(state)
         return super().children(state, initial)
 
+    def _found(self, state: _State, path: list[Any], error: Exception) -> None:
+        """Breadth first, the first sequence to a finding is a shortest one: said at once."""
+        before = set(self.report.findings)
+        super()._found(state, path, error)
+        for fid in self.report.findings.keys() - before:
+            if self.on_finding is not None:
+                self.on_finding(self.report.findings[fid])
+
+
+class _OutOfTime(Exception):
+    """The exploration's time budget is spent (the level in progress stays in part)."""
+
 
 def _outcome(key: Hashable) -> Hashable:
     """What a state shows the caller: the start variant, the spec's state and the cache's
@@ -549,14 +615,22 @@ def explore_states(
     merge: bool = True,
     fork: Fork = "copy",
     progress: Callable[[StatesReport], None] | None = None,
+    budget: float | None = None,
+    on_finding: Callable[[Finding], None] | None = None,
 ) -> StatesReport:
     """Breadth-first exploration of ``machine_cls`` within ``bounds``; never raises for a
-    finding (each distinct one is in ``findings`` with a shortest sequence). ``merge=False``
-    expands every state reached, merged or not (the soundness test's reference; give it a
-    depth cap)."""
+    finding (each distinct one is in ``findings`` with a shortest sequence, and given to
+    ``on_finding`` as soon as it is found: shortest first). ``budget`` seconds end it inside
+    a level (the report says which levels were complete). ``merge=False`` expands every state
+    reached, merged or not (the soundness test's reference; give it a depth cap)."""
+    if budget is not None and budget <= 0:
+        raise ValueError(f"the exploration's budget must be positive seconds, got {budget}")
     started = time.perf_counter()
     report = StatesReport(name or machine_cls.__name__, bounds.text(), fork, merge)
     explorer = _Breadth(_Driver(machine_cls, bounds.alphabet()), report, bounds, fork)
+    explorer.on_finding = on_finding
+    if budget is not None:
+        explorer.deadline = started + budget
     if progress is not None:
         explorer.progress = lambda _: progress(report)
     with _quiet_build_context():
@@ -570,10 +644,12 @@ def explore_states(
 # ---- what ``radixkv check --states BOUNDS`` runs --------------------------------------------
 
 
-def command(targets: Sequence[Target], text: str, traces: Path, own: bool) -> int:
-    """Explore each target, print its row, write a trace per finding."""
+def command(
+    targets: Sequence[Target], text: str, traces: Path, own: bool, budget: float | None = None
+) -> int:
+    """Explore each target (``budget`` seconds each at most), print each finding as it is
+    found with its trace, then each target's row."""
     from radixkv_conformance.progress import Progress
-    from radixkv_conformance.trace import write
 
     reports = []
     for target in targets:
@@ -581,20 +657,44 @@ def command(targets: Sequence[Target], text: str, traces: Path, own: bool) -> in
         with Progress(target.label) as bar:
 
             def show(report: StatesReport, bar: Progress = bar) -> None:
-                bar.update(Counter({"states": report.states, "steps": report.transitions}))
+                bar.update(Counter({"runs": report.states, "steps": report.transitions}))
 
-            report = explore_states(target.machine(), bounds, name=target.label, progress=show)
+            report = explore_states(
+                target.machine(),
+                bounds,
+                name=target.label,
+                progress=show,
+                budget=budget,
+                on_finding=Announce(target.label, traces / f"states-{_slug(target.label)}"),
+            )
         reports.append(report)
         print(report.render(), flush=True)
-        for i, finding in enumerate(report.findings.values(), 1):
-            if finding.trace is not None:
-                path = traces / f"states-{_slug(target.label)}-{i}.json"
-                write(finding.trace, path)
-                print(f"  trace of finding {i}: {path}")
     print("\n" + table(reports))
     failed = [r.name for r in reports if not r.passed]
     print("every reachable state held" if not failed else f"FAILED: {', '.join(failed)}")
     return 1 if failed else 0
+
+
+class Announce:
+    """Prints each finding the moment it is found, and writes its trace (``PREFIX-N.json``)."""
+
+    def __init__(self, label: str, prefix: Path) -> None:
+        self.label, self.prefix, self.count = label, prefix, 0
+
+    def __call__(self, finding: Finding) -> None:
+        from radixkv_conformance.trace import write
+
+        self.count += 1
+        print(
+            f"{self.label}: finding {self.count} [{finding.id}] {finding.check}: "
+            f"{finding.message} ({len(finding.steps)} steps, shortest)"
+        )
+        print("\n".join(f"      {line}" for line in finding.lines()))
+        if finding.trace is not None:
+            path = self.prefix.with_name(f"{self.prefix.name}-{self.count}.json")
+            write(finding.trace, path)
+            print(f"  trace: {path}")
+        print(flush=True)
 
 
 def table(reports: Sequence[StatesReport]) -> str:

@@ -1,0 +1,131 @@
+"""The default command explores trees breadth first within a time budget (issue 28).
+
+A page trie whose eviction cascades to a locked parent needs four steps on keys of two
+pages: ``--states ci`` once gave a foreign adapter one-page keys (no tree) and ran without a
+bound. Now its bounds admit trees, a budget ends it inside a level (the report says how deep
+it got), each finding is handed over the moment it is found (shortest first), and the
+default ``radixkv check`` runs the same exploration before its random search.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from pathlib import Path
+
+import pytest
+from hypothesis import settings
+from radixkv_conformance import run_conformance
+from radixkv_conformance.adapters import page_trie
+from radixkv_conformance.cli import FAILED, main
+from radixkv_conformance.exhaustive import Finding, target
+from radixkv_conformance.profile import RADIXKV
+from radixkv_conformance.states import PRESETS, TREE, explore_states, parse_bounds
+
+pytestmark = pytest.mark.search
+
+TARGET = "radixkv_conformance.adapters.page_trie:factory"
+CASCADE = functools.partial(page_trie.factory, bugs="cascade_locked")
+LOCKED_VICTIM = "INV-11:evict-locked-victim"
+
+
+def _machine(factory: object) -> type:
+    return target("PageTrie", factory, RADIXKV).machine()
+
+
+def test_the_bounds_a_foreign_cache_gets_admit_trees() -> None:
+    ci = PRESETS["ci"]
+    assert ci == TREE
+    assert ci.length >= 2 and ci.namespaces == 2 and ci.locks >= 1  # a parent, a lock on it
+    assert ci.depth is None  # a time budget ends it, not a depth cap that hides depth 5
+
+
+def test_a_budget_ends_the_exploration_and_says_how_deep_it_got() -> None:
+    report = explore_states(_machine(page_trie.factory), TREE, budget=1.5)
+    assert report.budget_spent and not report.fixpoint
+    assert report.seconds < 15  # one transition past the deadline at most, not a level
+    assert report.by_depth[report.complete] > 0  # the last complete level has states
+    assert f"every state within {report.complete} steps expanded" in report.render()
+
+
+def test_each_finding_is_handed_over_when_found_and_shortest() -> None:
+    found: list[tuple[Finding, float]] = []
+    report = explore_states(
+        _machine(CASCADE),
+        TREE,
+        budget=20,
+        on_finding=lambda finding: found.append((finding, time.perf_counter())),
+    )
+    ended = time.perf_counter()
+    [(finding, when)] = found
+    assert finding.id == LOCKED_VICTIM
+    assert [step.rule for step in finding.steps] == [
+        "extend_request",
+        "extend_request",
+        "lock",
+        "evict",
+    ]  # the issue's four calls: a parent, its child, a lock on the parent, evict all
+    assert report.budget_spent and ended - when > 1.0  # handed over while the search went on
+
+
+def test_the_default_check_explores_first_and_reports_the_shortest_sequence() -> None:
+    quick = settings(
+        max_examples=5, stateful_step_count=5, deadline=None, database=None, derandomize=True
+    )
+    report = run_conformance(
+        CASCADE, settings=quick, name="cascade", budget=40, explore=TREE, max_failures=1
+    )
+    assert [stage.bounds for stage in report.explored] == [b.text() for b in TREE.stages()]
+    assert all(stage.transitions > 0 for stage in report.explored)
+    [failure] = report.failures
+    assert failure.finding == LOCKED_VICTIM
+    ops = [step["op"] for step in failure.trace["steps"]]
+    assert ops.count("insert") == 2 and ops[-2:] == ["lock", "evict"], ops
+    assert "explored breadth first:" in report.render()
+
+
+def test_the_exploration_counts_the_situations_it_reaches() -> None:
+    """A search of one short run reaches few situations; the exploration before it, the
+    tree's: a childless parent after an eviction needs a parent, a child and an eviction."""
+    tiny = settings(max_examples=1, stateful_step_count=1, deadline=None, database=None)
+    alone = run_conformance(page_trie.factory, settings=tiny, name="alone")
+    explored = run_conformance(
+        page_trie.factory, settings=tiny, name="explored", budget=20, explore=TREE
+    )
+    assert alone.coverage.counts["evict-empties-a-parent"] == 0
+    assert explored.coverage.counts["evict-empties-a-parent"] > 0
+    assert len(explored.coverage.missing) < len(alone.coverage.missing)
+
+
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        ("length=0", "expected a positive number"),
+        ("depth=-1", "expected none or a positive step count"),
+        ("evict=1+x", "positive numbers joined by +"),
+        ("colour=3", "KEY one of depth, evict"),
+    ],
+)
+def test_malformed_bounds_name_what_is_accepted(text: str, said: str) -> None:
+    with pytest.raises(LookupError, match=said):
+        parse_bounds(text)
+
+
+@pytest.mark.parametrize("option", ["--explore", "--states"])
+def test_malformed_bounds_are_usage_errors(option: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["check", TARGET, option, "length=0"])
+    assert exited.value.code == 2
+    assert "expected a positive number" in capsys.readouterr().err
+
+
+def test_states_ci_on_a_foreign_cache_finds_the_cascade_within_its_budget(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = ["check", TARGET, "--option", "bugs=cascade_locked", "--states", "ci"]
+    assert main([*args, "--budget", "60", "--traces", str(tmp_path)]) == FAILED
+    out = capsys.readouterr().out
+    said = out.index(f"finding 1 [{LOCKED_VICTIM}]")
+    assert said < out.index("time budget spent")  # said when found, before the summary
+    assert "(4 steps, shortest)" in out
+    assert list(tmp_path.glob("states-*-1.json"))
