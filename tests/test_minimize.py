@@ -125,3 +125,63 @@ def test_a_run_ended_outside_a_search_calls_no_hypothesis_api() -> None:
         warnings.simplefilter("error")
         with pytest.raises(UnsatisfiedAssumption):
             end_run()
+
+
+def test_a_finding_says_which_acknowledged_findings_its_run_came_past() -> None:
+    """Two planted bugs of the page trie: a match that does not refresh recency (acknowledged)
+    and a cascade to a locked parent. The second finding's trace and report say where the
+    run went past the first: a later finding is often a consequence of an earlier one."""
+    from functools import partial
+
+    from radixkv_conformance.adapters import page_trie
+    from radixkv_conformance.conformance import Failure
+
+    order, locked = "INV-11:evict-victim-order", "INV-11:evict-locked-victim"
+    steps = [
+        _insert(0, at=1),
+        _insert(1, at=2),
+        _match(0),  # the planted bug: [0] stays the oldest
+        {"op": "evict", "num_tokens": 1},  # takes [0]: the victim order, acknowledged
+        _insert(2, at=3),
+        _insert(2, 2, at=4),
+        {"op": "lock", "node": 4},
+        {"op": "evict", "num_tokens": 1 << 20},  # the cascade takes the locked [2]
+    ]
+    factory = partial(page_trie.factory, bugs="stale_recency,cascade_locked")
+    result = replay(_trace(steps), factory, known=[order])
+    assert result.finding == locked and result.trace is not None
+    assert result.trace["came_past"] == [{"step": 3, "finding": order}]
+    failure = Failure(locked, "evict", "", result.trace)
+    assert failure.came_past() == f"came past acknowledged {order} at step 3"
+    alone = [*steps[4:6], {"op": "lock", "node": 0}, steps[7]]  # the cascade alone
+    plain = replay(_trace(alone), factory, known=[order])
+    assert plain.trace is not None and "came_past" not in plain.trace
+
+
+@pytest.mark.parametrize(
+    ("tokens", "finding"),
+    [([], "INV-31:insert-empty-key"), ([5], "INV-31:insert-mamba-exist")],
+)
+def test_a_wrong_mamba_exist_and_the_empty_key_convention_are_two_findings(
+    tokens: list[int], finding: str
+) -> None:
+    """An engine whose ``mamba_exist`` differs for an empty key (the root) follows a
+    harmless convention of its own; one whose answer for a real key differs is wrong: two
+    ids, so acknowledging the first never hides the second."""
+    from radixkv_conformance.adapters.radixkv import MambaAdapter
+    from radixkv_conformance.protocol import Host, Inserted, as_inserted
+
+    class SaysTheOpposite(MambaAdapter):
+        def insert(self, *args: Any, **kw: Any) -> Inserted:
+            got = as_inserted(super().insert(*args, **kw))
+            return got._replace(mamba_exist=not got.mamba_exist)
+
+    def factory(page_size: int, host: Host) -> MambaAdapter:
+        return SaysTheOpposite(page_size, host)
+
+    step = {"op": "insert", "tokens": tokens, "namespace": None, "indices": [7] * len(tokens)}
+    trace = {**_trace([{**step, "state_slot": 3}]), "mode": "mamba", "semantics": "radixkv-mamba"}
+    result = replay(trace, factory)
+    assert result.finding == finding
+    other = {"INV-31:insert-empty-key", "INV-31:insert-mamba-exist"} - {finding}
+    assert replay(trace, factory, known=sorted(other)).finding == finding

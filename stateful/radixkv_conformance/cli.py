@@ -303,6 +303,8 @@ def _show_finding(label: str, target: str, traces: Path, found: list[Any], failu
     path = traces / f"{_slug(label)}-{len(found)}.json"
     write(failure.trace, path)
     print(f"{label}: finding {len(found)} [{failure.finding}]: {failure.message}")
+    if failure.came_past():
+        print(f"  {failure.came_past()}")
     print(f"  trace: {path}  (radixkv check --replay {path} {target})", flush=True)
 
 

@@ -72,6 +72,13 @@ class Failure:
     def invariant(self) -> str | None:
         return invariant_id(self.message)
 
+    def came_past(self) -> str:
+        """The acknowledged findings its run hit first (often its causes), or ''."""
+        hits = [
+            f"{hit['finding']} at step {hit['step']}" for hit in self.trace.get("came_past", ())
+        ]
+        return f"came past acknowledged {', '.join(hits)}" if hits else ""
+
     def steps_text(self) -> list[str]:
         """The shrunk step sequence, one line per step."""
         window = self.trace.get("sliding_window")
@@ -177,6 +184,8 @@ class ConformanceReport:
             lines.append(f"    acknowledged (--known): {fid} — hit {n}x, recorded, runs went on")
         for i, failure in enumerate(self.failures, 1):
             lines.append(f"  finding {i} [{failure.finding}]: {failure.check}: {failure.message}")
+            if failure.came_past():
+                lines.append(f"      ({failure.came_past()})")
             lines += [f"      {line}" for line in failure.steps_text()]
         return "\n".join(lines)
 

@@ -425,8 +425,9 @@ class ConformanceMachine(RuleBasedStateMachine):
             self.session.stats["runs ended by an acknowledged crash"] += 1
             end_run()  # trace replay stops here, as passed up to this step
         message = describe(error)
+        past = [(self.trace[at]["id"], known) for at, known in self.acknowledged]
         document = trace_document(
-            self.run_header(), self.trace, self.session.known, check, message, fid
+            self.run_header(), self.trace, self.session.known, check, message, fid, past
         )
         raise finding_type(fid)(message, check, document) from error
 

@@ -112,6 +112,7 @@ def _keep_hit_known_only(
 
 def _with_header(document: dict[str, Any], replayed: dict[str, Any]) -> dict[str, Any]:
     """``document``'s header (who was checked, under what) with ``replayed``'s run."""
-    out = {k: v for k, v in document.items() if k != "known"}
-    out.update({k: replayed[k] for k in ("failure", "known", "steps") if k in replayed})
+    run = ("failure", "known", "came_past", "steps")
+    out = {k: v for k, v in document.items() if k not in run}
+    out.update({k: replayed[k] for k in run if k in replayed})
     return out

@@ -48,10 +48,12 @@ def trace_document(
     check: str,
     message: str,
     finding: str,
+    came_past: Iterable[tuple[int, str]] = (),
 ) -> dict[str, Any]:
     """The steps of a run so far, as a trace document (see FORMAT.md). ``run`` holds the
     header fields: implementation, semantics (the profile), mode, page_size and, for an
-    SWA run, sliding_window."""
+    SWA run, sliding_window; ``came_past`` the (step id, finding id) of each acknowledged
+    finding the run went on past."""
     document: dict[str, Any] = {"format": FORMAT, **run}
     document["failure"] = {
         "check": check,
@@ -62,6 +64,9 @@ def trace_document(
     }
     if known:  # the run went on past these: its replay must too
         document["known"] = sorted(known)
+    past = [{"step": step, "finding": fid} for step, fid in came_past]
+    if past:
+        document["came_past"] = past
     document["steps"] = [encode(step) for step in steps]
     return document
 
