@@ -67,6 +67,12 @@ INVARIANTS: Final[dict[str, str]] = {
     "INV-14": (
         "Rejected calls: a call rejected as a usage error leaves the cache exactly as it was."
     ),
+    "INV-15": (
+        "Allocation (a cache that allocates from a fixed pool of pages): an insert is "
+        "refused exactly when the new pages its key needs outnumber the free pages and the "
+        "unlocked cached pages off the key's cached prefix; a refused insert leaves the "
+        "cache exactly as it was."
+    ),
     # Sliding-window attention (spec/swa.py)
     "INV-20": "SWA tombstones: the root and every leaf are live (a tombstone has children).",
     "INV-21": (

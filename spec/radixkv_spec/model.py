@@ -199,6 +199,23 @@ class PrefixCacheModel:
             for q in page_prefixes(tuple(prefix), self.page_size)
         )
 
+    def room(self, extra_key: Namespace, tokens: Sequence[Token], capacity: int) -> tuple[int, int]:
+        """For a cache that allocates its own pages from a pool of ``capacity`` pages: the
+        new pages an insert of ``tokens`` needs, and the pages it can find for them.
+
+        It finds the free pages (``capacity`` minus the cached ones) and the unlocked cached
+        pages off the key's own cached prefix, which the insert holds while it evicts to make
+        room. An unlocked page off that prefix has only unlocked pages off it below, so all
+        of them can go, leaves first. The insert must be refused exactly when it needs more
+        than it can find (INV-15), and a refusal changes nothing.
+        """
+        ns = validate_namespace(extra_key)
+        key = aligned(validate_tokens(tokens), self.page_size)
+        prefix = key[: cached_len(self.table(ns), key, self.page_size)]
+        own = {(ns, q) for q in page_prefixes(prefix, self.page_size)}
+        kept = sum(1 for q in self.positions() if q in own or self.is_locked(*q))
+        return (len(key) - len(prefix)) // self.page_size, capacity - kept
+
     def cached_indices(self) -> dict[int, tuple[Namespace, tuple[Token, ...]]]:
         """Every cached KV index, mapped to the token it holds: (ns, the prefix ending there)."""
         return {

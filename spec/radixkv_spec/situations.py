@@ -70,7 +70,7 @@ class Transition:
     page_size: int
     namespace: Namespace = None
     tokens: tuple[Token, ...] = ()
-    rejected: bool = False
+    rejected: bool = False  # the spec rejects it: a usage error, or an insert with no room
     handle: Position | None = None
     handle_evicted: bool = False
     splits: frozenset[Position] = frozenset()
@@ -247,6 +247,14 @@ def _insert_evicts(t: Transition) -> bool:
     return t.op == "insert" and bool(removed(t))
 
 
+def _alloc_refused(t: Transition) -> bool:
+    """An insert the spec refuses (the only well-formed one it rejects: a cache that
+    allocates from a fixed pool finds no room for the key's new pages) while part of the
+    key is cached: the allocation holds that prefix while it looks for room, and a refusal
+    must leave it as it was."""
+    return t.op == "insert" and t.rejected and walk_end(t, t.before) is not None
+
+
 def _removal_after_split(t: Transition) -> bool:
     return t.op == "evict" and any(parent_of(q, t.page_size) in t.splits for q in removed(t))
 
@@ -366,6 +374,13 @@ SITUATIONS: tuple[Situation, ...] = (
         None,
         "an insert into a cache that owns allocation evicts to make room",
         _insert_evicts,
+        allocation="cache",
+    ),
+    Situation(
+        "alloc-refused",
+        "capacity",
+        "an insert with a cached prefix is refused for lack of room in the cache's pool",
+        _alloc_refused,
         allocation="cache",
     ),
     Situation("swa-tombstone", "swa", "an eviction tombstones a page (phase two)", _tombstoned),

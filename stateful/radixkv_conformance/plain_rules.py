@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from hypothesis import strategies as st
-from hypothesis.stateful import invariant, precondition, rule
+from hypothesis.stateful import MultipleResults, invariant, multiple, precondition, rule
 from radixkv_spec.model import PrefixCacheModel, cached_len
 from radixkv_spec.tokens import page_align
 
@@ -21,8 +21,12 @@ from radixkv_conformance.machines import (
     Step,
     end_run,
 )
-from radixkv_conformance.protocol import Evicted, Namespace, as_inserted, token_places
+from radixkv_conformance.protocol import Evicted, Namespace, NoRoom, as_inserted, token_places
 from radixkv_conformance.strategies import EVICT_AMOUNTS
+
+REFUSED = object()
+"""The handle of an insert the cache refused for lack of room: the caller holds nothing, so
+the rules put no handle in the bundle for it (a replay keeps it under its step, unused)."""
 
 
 class PlainRules(ConformanceMachine):
@@ -65,6 +69,12 @@ class PlainRules(ConformanceMachine):
         The cache reports the key's indices; its new ones are handed out by the cache (an
         index it freed earlier may come back). What it frees during the insert is an
         eviction to make room, checked like one while the key's cached prefix is held.
+
+        A cache with a fixed pool (capability ``capacity``) may refuse the insert
+        (``NoRoom``): exactly when the spec finds no room for the key's new pages
+        (``PrefixCacheModel.room``, INV-15). A refusal changes nothing: the cache's snapshot
+        is as before, it freed nothing, and the spec model is left as it was, so what it
+        leaked shows in later steps too. The caller gets no handle (``REFUSED``).
         """
         step = self.log("insert", tokens=list(tokens), namespace=namespace, indices=[])
         options = {} if priority is None else {"priority": priority}
@@ -73,8 +83,16 @@ class PlainRules(ConformanceMachine):
             p = self.page_size
             key = tokens[: page_align(len(tokens), p)]
             prefix = key[: cached_len(self.model.table(namespace), key, p)]
+            needed, room = self.room_for(namespace, key)
+            if room is not None and needed > room:
+                step["expect"] = {"rejected": True}  # the spec's verdict: no room
+            before = self.sut.snapshot() if room is not None else None
             seen = len(self.events)
-            got = as_inserted(self.sut.insert(tokens, namespace, (), **options))
+            try:
+                got = as_inserted(self.sut.insert(tokens, namespace, (), **options))
+            except NoRoom:
+                self.check_refusal(step, needed, room, before, seen)
+                return self.ref(REFUSED, namespace, ())
             step["observed"] = {"indices": None if got.indices is None else list(got.indices)}
             if got.indices is None or len(got.indices) != len(key):
                 self.require(False, f"INV-12: insert reported indices {got.indices}", "owned")
@@ -82,19 +100,58 @@ class PlainRules(ConformanceMachine):
             made_room = [g for kind, g in self.events[seen:] if kind == "free"]
             if made_room:
                 self.evict_for_room(namespace, prefix, made_room)
+            self.require(
+                room is None or needed <= room,
+                f"INV-15: insert accepted needing {needed} page(s) with {room} free or evictable",
+                "accepted-without-room",
+            )
+            step["expect"] = {"prefix_len": len(prefix)}
+            self.require(
+                got.prefix_len is None or got.prefix_len == len(prefix),
+                f"INV-12: prefix_len {got.prefix_len}, spec says {len(prefix)}",
+            )
             new = tuple(got.indices[len(prefix) :])
+            cached = self.model.cached_indices()
+            reused = sorted(i for i in new if i in cached)
+            if reused:  # the spec cannot adopt them: this run ends here, acknowledged or not
+                self.require(False, f"INV-7: insert's new pages take cached {reused}", "shared")
+                end_run()
             self.given.update(new)
             self.freed.difference_update(new)  # the cache reuses what it freed before
             self.next_index = max(self.next_index, max(new, default=-1) + 1)
-            expected = self.model.insert(namespace, tokens, tuple(got.indices), **options)
-            step["expect"] = {"prefix_len": expected}
-            self.require(
-                got.prefix_len is None or got.prefix_len == expected,
-                f"INV-12: prefix_len {got.prefix_len}, spec says {expected}",
-            )
+            self.model.insert(namespace, tokens, tuple(got.indices), **options)
             self.keys_seen.append(tokens)
             self.count("insert")
             return self.ref(got.handle, namespace, key)
+
+    def room_for(self, namespace: Namespace, key: tuple[int, ...]) -> tuple[int, int | None]:
+        """The pages an insert of ``key`` needs and those the spec finds for it in the
+        cache's pool (``None``: a pool without a declared capacity never runs out)."""
+        if not self.has("capacity"):
+            return 0, None
+        needed, room = self.model.room(namespace, key, int(self.sut.capacity))
+        return needed, room
+
+    def check_refusal(
+        self, step: Step, needed: int, room: int | None, before: Any, seen: int
+    ) -> None:
+        """The cache refused an insert for lack of room (``NoRoom``): right only when the
+        spec finds no room, and it must have changed nothing (INV-15)."""
+        step["observed"] = {"refused": True}
+        with self.checking("insert: refusal"):
+            self.require(
+                room is not None and needed > room,
+                f"INV-15: insert refused needing {needed} page(s) with {room} free or evictable",
+                "with-room",
+            )
+            changed = self.sut.snapshot() != before
+            freed = len(self.events) != seen
+            self.require(not freed, "INV-15: a refused insert freed indices", "freed")
+            self.require(not changed, "INV-15: a refused insert changed the cache", "changed")
+            if changed or freed:  # acknowledged, but the cache holds a state the spec has not
+                self.session.stats["runs ended: an acknowledged refusal changed the cache"] += 1
+                end_run()  # so later findings are never consequences of it
+            self.count("insert refused for room")
 
     def evict_for_room(
         self, namespace: Namespace, prefix: tuple[int, ...], groups: list[tuple[int, ...]]
@@ -160,15 +217,15 @@ class PlainRules(ConformanceMachine):
     # ---- rules ---------------------------------------------------------------------------
 
     @rule(target=ConformanceMachine.nodes, data=st.data())
-    def insert(self, data: st.DataObject) -> NodeRef:
+    def insert(self, data: st.DataObject) -> NodeRef | MultipleResults[NodeRef]:
         """A caller with fresh indices for the whole key: it frees what the tree had."""
         namespace = self.draw_namespace(data)
         tokens = self.draw_tokens(data)
         indices = self.caller_indices(len(tokens))
-        return self.do_insert(tokens, namespace, indices, **self.draw_priority(data))
+        return held(self.do_insert(tokens, namespace, indices, **self.draw_priority(data)))
 
     @rule(target=ConformanceMachine.nodes, data=st.data())
-    def extend_request(self, data: st.DataObject) -> NodeRef:
+    def extend_request(self, data: st.DataObject) -> NodeRef | MultipleResults[NodeRef]:
         """A caller that matched first: it reuses the tree's indices and adds fresh ones."""
         namespace = self.draw_namespace(data)
         tokens = self.draw_tokens(data)
@@ -178,7 +235,7 @@ class PlainRules(ConformanceMachine):
         if self.profile.allocation == "cache":
             value = ()
         self.count("extend_request")
-        return self.do_insert(tokens, namespace, value, **self.draw_priority(data))
+        return held(self.do_insert(tokens, namespace, value, **self.draw_priority(data)))
 
     @rule(num_tokens=EVICT_AMOUNTS)
     def evict(self, num_tokens: int) -> None:
@@ -232,6 +289,11 @@ class PlainRules(ConformanceMachine):
             self.require(
                 not missing, f"INV-7: indices leaked (neither cached nor freed): {missing}", "leak"
             )
+
+
+def held(ref: NodeRef) -> NodeRef | MultipleResults[NodeRef]:
+    """What an insert gives the caller: its handle, or nothing when it was refused."""
+    return multiple() if ref.handle is REFUSED else ref
 
 
 def _children(

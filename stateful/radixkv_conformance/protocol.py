@@ -31,11 +31,17 @@ An adapter lists what else it supports in ``capabilities`` (a frozenset of the n
 Some capabilities are pure behaviour (``namespaces``, ``bad_input``, ``unlock_checks``,
 ``stale_handles``); the others need more of the adapter, spelled out by the protocol
 classes ``HashingAdapter``, ``NodeEventsAdapter``, ``ResettableAdapter``,
-``CallerBuffersAdapter``, ``SwaAdapter`` and ``MambaAdapter``. ``require_capabilities``
+``CallerBuffersAdapter``, ``CapacityAdapter``, ``SwaAdapter`` and ``MambaAdapter``.
+``require_capabilities``
 checks every claim before the first step and raises ``AdapterError`` naming what is
 missing, so a claim the adapter cannot back is a clear message, not a confusing finding
 later. An optional ``notes`` string is printed in every report: say there what the adapter
 chose (e.g. "hashes the deepest node first").
+
+A cache that owns a fixed pool (capability ``capacity``, under a profile with
+``allocation="cache"``) says how many pages it holds (``capacity``) and raises ``NoRoom``
+from ``insert`` when it cannot find the pages the key needs; the kit checks that it refuses
+exactly when the spec finds no room, and that a refusal changes nothing.
 
 Legitimate engine differences (who frees duplicates, victim order, lock model, ...) are not
 capabilities: they are policies of the *profile* the adapter runs under
@@ -130,7 +136,20 @@ CAPABILITIES: dict[str, str] = {
     "events": "KV events for routers (BlockStored / BlockRemoved / AllBlocksCleared): "
     "take_events()",
     "priority": "insert takes an eviction priority: insert(..., priority=)",
+    "capacity": "a fixed pool of `capacity` pages (allocation='cache'): an insert it cannot "
+    "find room for raises NoRoom",
 }
+
+
+class NoRoom(Exception):
+    """``insert`` of a cache that owns a fixed pool (capability ``capacity``): the pages the
+    key needs cannot be found now, as a scheduler's allocation that fails and leaves the
+    request waiting. The cache must be exactly as it was before the call.
+
+    Right exactly when the pages the key needs beyond its cached prefix outnumber the free
+    pages and the unlocked cached pages off that prefix (which the insert holds while it
+    evicts the rest): ``radixkv_spec.model.PrefixCacheModel.room`` (INV-15).
+    """
 
 
 class Host(Protocol):
@@ -230,6 +249,15 @@ class CallerBuffersAdapter(Protocol):
     call, as a caller reusing them would; the cache's snapshot must not change."""
 
     def scribble(self) -> None: ...
+
+
+@runtime_checkable
+class CapacityAdapter(Protocol):
+    """Capability ``capacity`` (profile ``allocation="cache"``): the pool's size in pages
+    (blocks), fixed for the adapter's life; ``insert`` raises ``NoRoom`` when it cannot
+    find the pages a key needs."""
+
+    capacity: int
 
 
 @runtime_checkable
@@ -348,6 +376,7 @@ CAPABILITY_PROTOCOLS: dict[str, tuple[type[Any], dict[str, tuple[str, ...]]]] = 
     "on_node_evict": (NodeEventsAdapter, {}),
     "reset": (ResettableAdapter, {}),
     "caller_buffers": (CallerBuffersAdapter, {}),
+    "capacity": (CapacityAdapter, {}),
     "priority": (PrefixCacheAdapter, {"insert": ("priority",)}),
     "swa": (
         SwaAdapter,
@@ -417,6 +446,11 @@ def require_capabilities(adapter: object) -> frozenset[str]:
                 f"has no {', '.join(missing)} (see radixkv_conformance.protocol."
                 f"{protocol.__name__})"
             )
+    capacity = getattr(adapter, "capacity", None)
+    if "capacity" in declared and (
+        not isinstance(capacity, int) or isinstance(capacity, bool) or capacity < 1
+    ):
+        raise AdapterError(f"{name}.capacity must be a positive int (pages), got {capacity!r}")
     return declared
 
 

@@ -109,6 +109,11 @@ def machine_for(
         )
     if rules.mode != "plain" and profile.allocation == "cache":
         raise AdapterError(f"the {rules.mode} rule set has no rules for allocation='cache'")
+    if "capacity" in claims and profile.allocation != "cache":
+        raise AdapterError(
+            "capability 'capacity' is a pool the cache allocates from: profile "
+            f"{profile.name!r} has the caller allocate (allocation={profile.allocation!r})"
+        )
     watched = tuple(declared(claims, profile.stores, profile.allocation))
     session = Session(
         factory, profile, claims, known, progress=progress, name=name, situations=watched

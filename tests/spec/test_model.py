@@ -360,3 +360,25 @@ def test_check_reports_a_broken_model() -> None:
     with pytest.raises(SpecViolation) as caught:
         model.check()
     assert caught.value.inv_id == "INV-8"
+
+
+# -------------------------------------------------------------- allocation room
+
+
+def test_room_counts_free_pages_and_unlocked_pages_off_the_keys_prefix() -> None:
+    model = cache(1, ([1, 2], [10, 11]), ([3], [12]))
+    assert model.room(None, [1, 2, 4, 5], 4) == (2, 2)  # free 1; [3] can go; [1], [1, 2] held
+    assert model.room(None, [3, 4, 5], 4) == (2, 3)  # free 1; [1, 2] and [1] can go
+    assert model.room("a", [1, 2], 4) == (2, 4)  # another namespace: no prefix of its own
+    assert model.room(None, [1, 2, 9], 4)[0] == 1  # the unaligned tail needs no page
+
+
+def test_room_leaves_out_locked_pages_and_keeps_the_page_size() -> None:
+    model = cache(2, ([1, 2, 3, 4], [10, 11, 12, 13]), ([5, 6], [14, 15]))
+    model.lock(None, [1, 2])
+    # [1, 2] is locked; [1, 2, 3, 4] below it and [5, 6] can go; one page is free
+    assert model.room(None, [7, 8, 9, 9], 4) == (2, 3)
+    model.lock(None, [5, 6])
+    assert model.room(None, [7, 8, 9, 9], 4) == (2, 2)
+    assert model.room(None, [5, 6, 7, 8], 4) == (1, 2)  # its own locked prefix counts once
+    assert model.total_size() == 6 and model.protected_size() == 4  # room() changed nothing

@@ -105,3 +105,35 @@ def test_what_a_cache_declares() -> None:
     assert "insert-evicts-for-room" in {s.name for s in declared((), allocation="cache")}
     assert unknown(["last-unlock", "nonsense"]) == ["nonsense"]
     assert all(name == s.name for name, s in BY_NAME.items())
+
+
+def test_an_allocation_that_evicts_and_one_refused_for_room() -> None:
+    """``insert-evicts-for-room`` is an insert that removed pages; ``alloc-refused`` an
+    insert the spec refused (no room) while part of its key was cached."""
+    m = PrefixCacheModel(1)
+    m.insert(None, (1, 2), (10, 11))
+
+    def evict_then_insert() -> None:  # the cache freed [1, 2]'s last page to make room
+        m.apply_eviction(1, [(11,)])
+        m.insert(None, (3,), (11,))
+
+    evicting = _step(m, "insert", evict_then_insert, tokens=(3,))
+    assert "insert-evicts-for-room" in evicting and "alloc-refused" not in evicting
+    plain = _step(m, "insert", lambda: m.insert(None, (4,), (12,)), tokens=(4,))
+    assert "insert-evicts-for-room" not in plain  # nothing removed
+    evict = _step(m, "evict", lambda: m.evict(1), amount=1)  # [1], the least recent, goes
+    assert "insert-evicts-for-room" not in evict  # an eviction, not an insert
+    refused = _step(m, "insert", lambda: None, tokens=(3, 5), rejected=True)
+    assert refused == ["alloc-refused"]  # [3] is cached: the allocation held it
+    assert "alloc-refused" not in _step(m, "insert", lambda: None, tokens=(1, 5), rejected=True)
+    assert "alloc-refused" not in _step(m, "insert", lambda: None, tokens=(3, 5))  # accepted
+    assert "alloc-refused" not in _step(m, "match", lambda: None, tokens=(3, 5), rejected=True)
+
+
+def test_allocation_situations_are_declared_for_a_cache_that_allocates() -> None:
+    pool = {s.name for s in declared({"capacity"}, allocation="cache")}
+    assert {"insert-evicts-for-room", "alloc-refused"} <= pool
+    unbounded = {s.name for s in declared((), allocation="cache")}
+    assert "insert-evicts-for-room" in unbounded and "alloc-refused" not in unbounded
+    caller = {s.name for s in declared({"capacity"})}  # the caller allocates
+    assert not {"insert-evicts-for-room", "alloc-refused"} & caller
