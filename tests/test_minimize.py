@@ -185,3 +185,86 @@ def test_a_wrong_mamba_exist_and_the_empty_key_convention_are_two_findings(
     assert result.finding == finding
     other = {"INV-31:insert-empty-key", "INV-31:insert-mamba-exist"} - {finding}
     assert replay(trace, factory, known=sorted(other)).finding == finding
+
+
+class _ResumeMiscounts:
+    """radixkv's SWA cache, but an insert that resumes a request (``prev_prefix_len``)
+    reports one page too many as cached: a bug only a resumed request shows."""
+
+    @staticmethod
+    def factory(page_size: int, host: Any) -> Any:
+        from radixkv_conformance.adapters.radixkv import SlidingWindowAdapter
+        from radixkv_conformance.protocol import as_inserted
+
+        class Miscounts(SlidingWindowAdapter):
+            def insert(self, *args: Any, **kw: Any) -> Any:
+                got = as_inserted(super().insert(*args, **kw))
+                if kw.get("prev_prefix_len"):
+                    return got._replace(prefix_len=got.prefix_len + page_size)
+                return got
+
+        return Miscounts(page_size, host)
+
+
+def _swa(steps: list[dict[str, Any]]) -> dict[str, Any]:
+    return {**_trace(steps), "mode": "swa", "semantics": "radixkv-swa", "sliding_window": 2}
+
+
+RESUMED = [
+    {**_insert(1, 2, at=1), "prev_prefix_len": 0, "swa_evicted_seqlen": 0},
+    _match(1, 2, 3),
+    {**_insert(1, 2, 3, at=1), "prev_prefix_len": 2, "swa_evicted_seqlen": 2},
+]
+
+
+def test_a_resumed_insert_without_the_match_it_resumes_from_is_an_illegal_step() -> None:
+    from radixkv_conformance.machines import IllegalStep
+
+    factory = _ResumeMiscounts.factory
+    assert replay(_swa(RESUMED), factory).finding.startswith("INV-12")
+    for cut in ([RESUMED[0], RESUMED[2]], [RESUMED[2]]):  # no match, or a match of nothing
+        with pytest.raises(IllegalStep, match="prev_prefix_len 2 after"):
+            replay(_swa(cut), factory)
+
+
+def test_the_minimizer_keeps_what_makes_a_step_legal() -> None:
+    """A one-step trace that resumes a request out of nowhere fails any cache: the
+    minimizer must not cut the insert and the match a resumed insert needs."""
+    factory = _ResumeMiscounts.factory
+    padded = [RESUMED[0], _match(7), {"op": "evict", "num_tokens": 0}, *RESUMED[1:]]
+    document = replay(_swa(padded), factory).trace
+    assert document is not None
+    small = minimize(document, factory)
+    assert [(s["op"], s["tokens"]) for s in small["steps"]] == [
+        ("insert", [1, 2]),
+        ("match", [1, 2, 3]),
+        ("insert", [1, 2, 3]),
+    ]
+
+
+def test_a_resumed_request_resumes_from_the_engines_match_not_the_specs() -> None:
+    """An acknowledged short match: the request holds what the engine gave it, so its
+    prev_prefix_len is the engine's length (the spec's would name pages it never got)."""
+    from radixkv_conformance.adapters.radixkv import SlidingWindowAdapter
+    from radixkv_conformance.findings import Finding
+    from radixkv_conformance.profile import RADIXKV_SWA
+    from radixkv_conformance.protocol import Matched, as_matched
+    from radixkv_conformance.registry import machine_for
+
+    class ShortMatch(SlidingWindowAdapter):
+        def match(self, *args: Any) -> Matched:
+            got = as_matched(super().match(*args))
+            return got._replace(indices=tuple(got.indices)[:-1])
+
+    def run(known: frozenset[str]) -> Any:
+        machine = machine_for("Short", ShortMatch, RADIXKV_SWA, known=known)()
+        machine.setup(1, 2)
+        machine.do_insert((1, 2), None, (5, 6), prev_prefix_len=0, swa_evicted_seqlen=0)
+        machine.do_match((1, 2), None)
+        return machine
+
+    with pytest.raises(Finding) as found:
+        run(frozenset())
+    machine = run(frozenset({found.value.finding_id}))
+    assert machine.trace[-1]["expect"]["indices"] == [5, 6]  # the spec's
+    assert machine.resumed_from() == (5,)  # the engine's

@@ -331,6 +331,7 @@ def _states(target: str | None, profile_name: str | None, args: Any) -> int:
 
 
 def _replay(path: Path, target: str | None, profile_name: str | None, args: Any) -> int:
+    from radixkv_conformance.machines import IllegalStep
     from radixkv_conformance.minimize import minimize
     from radixkv_conformance.profile import PROFILES
     from radixkv_conformance.replay import replay
@@ -341,7 +342,10 @@ def _replay(path: Path, target: str | None, profile_name: str | None, args: Any)
     target = target or REPLAY_DEFAULT[document.get("mode", "plain")]
     factory, declared = load(target, args.option)
     profile = _profile(profile_name, declared, PROFILES.get(document["semantics"]))
-    result = replay(document, factory, profile, known or None)  # default: the trace's
+    try:
+        result = replay(document, factory, profile, known or None)  # default: the trace's
+    except IllegalStep as illegal:
+        raise LookupError(f"{path}: {illegal}") from None  # a usage error: exit 2
     recorded = document.get("failure") or {}
     print(f"replayed {result.steps}/{len(document['steps'])} steps of {path} against {target}")
     print(f"  profile: {profile.name}")

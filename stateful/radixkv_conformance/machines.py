@@ -164,6 +164,11 @@ class Session:
         return "swa" if "swa" in self.capabilities else "plain"
 
 
+class IllegalStep(Exception):
+    """A trace step no correct caller makes at that point (a replayed trace cut by hand or
+    by a minimizer that deleted what made it legal): not a finding of the cache."""
+
+
 def end_run() -> NoReturn:
     """End this run as one that proves nothing (a known finding it cannot go past): inside
     a search, Hypothesis' ``reject()``; in a trace replay or a minimization, which run
@@ -309,6 +314,8 @@ class ConformanceMachine(RuleBasedStateMachine):
         self.check = "setup"
         self.events: list[tuple[str, tuple[int, ...]]] = []
         self.copies: list[tuple[int, int]] = []
+        # the last match: namespace, key, the engine's indices (a request resumes from them)
+        self.last_match: tuple[Namespace, tuple[int, ...], tuple[int, ...]] | None = None
         self.next_index = 0  # the next fresh index; `given` is the ledger's truth
         self.next_slot = 0
         self.given: set[int] = set()  # every index handed out (allocated, or from a trace)
@@ -354,7 +361,7 @@ class ConformanceMachine(RuleBasedStateMachine):
         outer, self.check = self.check, check
         try:
             yield
-        except (Finding, HypothesisException):
+        except (Finding, HypothesisException, IllegalStep):
             raise
         except Exception as error:  # a violation, or the cache crashed: both are findings
             self.found(self.check, error)  # a check may name its sub-rule
@@ -627,6 +634,7 @@ class ConformanceMachine(RuleBasedStateMachine):
         with self.checking("match"):
             copies = len(self.copies)
             got = as_matched(self.sut.match(tokens, namespace))
+            self.last_match = (namespace, tokens, tuple(got.indices))
             self.scribble_caller_buffers()
             want = self.spec_match(namespace, tokens)
             step["expect"] = {"indices": list(want.indices)}

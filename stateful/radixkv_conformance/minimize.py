@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
+from radixkv_conformance.machines import IllegalStep
 from radixkv_conformance.profile import Profile
 from radixkv_conformance.protocol import AdapterFactory
 from radixkv_conformance.replay import replay
@@ -48,7 +49,10 @@ def minimize(
 
     def fails(steps: Sequence[Step]) -> bool:
         nonlocal target, best, hit
-        result = replay({**document, "steps": list(steps)}, factory, profile, acknowledged)
+        try:
+            result = replay({**document, "steps": list(steps)}, factory, profile, acknowledged)
+        except IllegalStep:  # the cut took what made a later step legal
+            return False
         target = target or result.finding  # an old trace's finding: what it fails with
         if result.passed or result.finding != target or result.trace is None:
             return False

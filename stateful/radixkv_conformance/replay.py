@@ -56,7 +56,8 @@ def replay(
     ``profile`` defaults to the built-in profile the trace names; ``known`` to the ids
     the trace lists under ``known``. Known ids are acknowledged as in a search: each hit
     is recorded (``acknowledged``) and the replay goes on past it; one the step cannot go
-    on past ends the replay there, as passed.
+    on past ends the replay there, as passed. A step no correct caller could make there
+    raises ``IllegalStep`` (the trace is at fault, not the cache).
     """
 
     chosen = profile or profile_of(document)

@@ -202,7 +202,17 @@ def own_bounds(text: str, label: str) -> Bounds:
 # ---- the canonical state ----------------------------------------------------------------------
 
 HISTORY = frozenset(
-    {"trace", "check", "events", "copies", "acknowledged", "session", "matched", "probe"}
+    {
+        "trace",
+        "check",
+        "events",
+        "copies",
+        "acknowledged",
+        "session",
+        "matched",
+        "probe",
+        "last_match",
+    }
 )
 """What only records what ran (or is the same in every state): never in a canonical state."""
 STALENESS = frozenset({"resets", "epoch", "deleted_at"})

@@ -22,11 +22,13 @@ from radixkv_conformance.machines import (
     BAD_CALLS,
     ConformanceMachine,
     Frees,
+    IllegalStep,
     Key,
     Keywords,
     NodeRef,
     SpecInsert,
     Step,
+    end_run,
 )
 from radixkv_conformance.protocol import Evicted, Indices, Inserted, Namespace
 from radixkv_conformance.strategies import EVICT_ALL, EVICT_AMOUNTS, up_to
@@ -94,8 +96,35 @@ class SwaRules(ConformanceMachine):
     def before_insert(self, indices: Indices, keywords: Keywords) -> None:
         """The request freed the SWA KV of its tokens out of the window, past what it
         matched (``indices[prev_prefix_len:swa_evicted_seqlen]``), before it inserts."""
-        gone = indices[keywords["prev_prefix_len"] : keywords["swa_evicted_seqlen"]]
+        prev = keywords["prev_prefix_len"]
+        if prev:
+            self.require_matched_before(prev)
+        gone = indices[prev : keywords["swa_evicted_seqlen"]]
         self.release("free_swa", gone, by="caller")
+
+    def resumed_from(self) -> tuple[int, ...]:
+        """The indices the request resumes from: the engine's own match (an acknowledged
+        wrong match included), not the spec's. One longer than the spec's names pages the
+        spec does not hold: the run cannot go on."""
+        assert self.last_match is not None  # a match was just made
+        engine, spec = self.last_match[2], self.trace[-1]["expect"]["indices"]
+        if len(engine) > len(spec):
+            self.session.stats["runs ended: the engine matched more than the spec holds"] += 1
+            end_run()
+        return engine
+
+    def require_matched_before(self, prev_prefix_len: int) -> None:
+        """A request resumes from what its match found: ``prev_prefix_len`` is legal only
+        right after a match of the same key that found at least that much."""
+        step = self.trace[-1]
+        key = (step["namespace"], tuple(step["tokens"]))
+        last = self.last_match
+        if last is None or last[:2] != key or len(last[2]) < prev_prefix_len:
+            found = "no match of this key" if last is None or last[:2] != key else last[2]
+            raise IllegalStep(
+                f"step {step['id']}: insert with prev_prefix_len {prev_prefix_len} after "
+                f"{found}: a caller takes prev_prefix_len from its match of the key"
+            )
 
     def spec_insert(self, ns: Namespace, tokens: Key, indices: Key, kw: Keywords) -> SpecInsert:
         """The cache owns ``indices[prev_prefix_len:]``: each is adopted or a duplicate."""
@@ -162,7 +191,7 @@ class SwaRules(ConformanceMachine):
         matched: tuple[int, ...] = ()
         if use_match:
             self.do_match(tokens, ns)
-            matched = tuple(self.trace[-1]["expect"]["indices"])
+            matched = self.resumed_from()
         value = matched + self.allocate(len(tokens) - len(matched))
         aligned = page_align(len(tokens), p)
         pages = data.draw(up_to(aligned // p), label="swa evicted pages") if takes_args else 0
