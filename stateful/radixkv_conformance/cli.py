@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from radixkv_conformance.coverage import check_names
+from radixkv_conformance.protocol import AdapterError
 from radixkv_conformance.targets import OWN, REPLAY_DEFAULT, load
 from radixkv_conformance.trace import write
 
@@ -54,6 +55,30 @@ def main(argv: Sequence[str] | None = None) -> int:
     warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
     parser = _parser()
     args = parser.parse_args(argv)
+    try:
+        return _command(parser, args)
+    except USAGE_ERRORS as error:
+        if getattr(args, "debug", False):
+            raise
+        parser.error(f"{_one_line(error)} (--debug shows where)")  # exits with status 2
+
+
+USAGE_ERRORS = (LookupError, ImportError, OSError, ValueError, AdapterError)
+"""What a command line can get wrong before any check runs: a target that does not import,
+an adapter option it refuses, a trace that is not there or not JSON, an adapter that lacks
+what it claims. A finding is never one of these: the kit turns what the cache raises into
+findings."""
+
+
+def _one_line(error: BaseException) -> str:
+    text = str(error).strip().splitlines()
+    head = text[0] if text else ""
+    if isinstance(error, ModuleNotFoundError):
+        head += " (is the adapter's folder the current one, or on PYTHONPATH?)"
+    return f"{type(error).__name__}: {head}" if not isinstance(error, LookupError) else head
+
+
+def _command(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     if os.getcwd() not in sys.path:  # an adapter in the current folder, as `python -m` finds it
         sys.path.insert(0, os.getcwd())
     if args.command == "replay":
@@ -86,8 +111,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.states is not None:
             return _states(args.target, profile_name, args)
         return _check(targets, profile_name, args)
-    except LookupError as error:
-        parser.error(str(error))  # exits with status 2
+    except KeyError as error:  # a LookupError, but its str() is the key's repr
+        raise LookupError(f"unknown {error.args[0]!r}") from error
 
 
 def _hypothesis_home_outside_the_folder() -> None:
@@ -107,6 +132,7 @@ def _parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
     check = commands.add_parser("check", help="model-check a prefix cache against the spec")
     check.add_argument("target", nargs="?", help="MODULE:FACTORY (default: radixkv's caches)")
+    check.add_argument("--debug", action="store_true", help="a usage error with its traceback")
     check.add_argument("--profile", help="a built-in profile, MODULE:ATTR, or ci|dev|thorough")
     check.add_argument("--hypothesis-profile", choices=SETTINGS_PROFILES, default=None)
     check.add_argument("--thorough", action="store_true", help="= --hypothesis-profile thorough")
