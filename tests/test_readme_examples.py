@@ -1,6 +1,7 @@
-"""Every Python example of the README's "Using the cache" section runs as printed: the
-plain cache, the sliding window on ``HybridKVAllocator``, Mamba on ``MambaStatePool``. The
-examples assert what they show, so a cache or a pool that changed behaviour fails here."""
+"""Every Python example of the library's documentation runs as printed: the plain cache (the
+README's "A minute with the library"), the sliding window on ``HybridKVAllocator`` and Mamba
+on ``MambaStatePool`` (docs/library.md, the site's tour). The examples assert what they
+show, so a cache or a pool that changed behaviour fails here."""
 
 from __future__ import annotations
 
@@ -9,27 +10,36 @@ from pathlib import Path
 
 import pytest
 
-README = Path(__file__).resolve().parent.parent / "README.md"
-SECTION = "## Using the cache"
+ROOT = Path(__file__).resolve().parent.parent
+README = ROOT / "README.md"
+TOUR = ROOT / "docs" / "library.md"
 
 
-def section_examples() -> list[str]:
-    """The ```python blocks from the section's heading to the next level-2 heading."""
-    text = README.read_text()
-    start = text.index(SECTION) + len(SECTION)
-    end = text.index("\n## ", start)
+def section_examples(path: Path, heading: str) -> list[str]:
+    """The ```python blocks from ``heading`` to the next heading of its level or above."""
+    text = path.read_text()
+    level = heading.split(" ")[0]
+    start = text.index(f"\n{heading}\n") + len(heading) + 2
+    ends = [text.find(f"\n{'#' * n} ", start) for n in range(1, len(level) + 1)]
+    end = min((e for e in ends if e != -1), default=len(text))
     return re.findall(r"```python\n(.*?)```", text[start:end], flags=re.DOTALL)
 
 
-EXAMPLES = section_examples()
+EXAMPLES = {
+    "plain": section_examples(README, "## A minute with the library"),
+    "sliding-window": section_examples(TOUR, "## With a sliding window"),
+    "mamba": section_examples(TOUR, "## Mamba and other state-space hybrids"),
+}
 
 
-def test_the_section_holds_the_three_examples() -> None:
-    heads = [next(line for line in code.splitlines() if "radixkv" in line) for code in EXAMPLES]
-    assert len(EXAMPLES) == 3, heads
-    assert "HybridKVAllocator" in EXAMPLES[1] and "MambaRadixCache" in EXAMPLES[2]
+def test_each_section_holds_its_example() -> None:
+    assert {name: len(codes) for name, codes in EXAMPLES.items()} == dict.fromkeys(EXAMPLES, 1)
+    assert "RadixCache(page_size=1" in EXAMPLES["plain"][0]
+    assert "HybridKVAllocator" in EXAMPLES["sliding-window"][0]
+    assert "MambaRadixCache" in EXAMPLES["mamba"][0]
 
 
-@pytest.mark.parametrize("code", EXAMPLES, ids=["plain", "sliding-window", "mamba"])
-def test_the_example_runs(code: str) -> None:
-    exec(compile(code, f"{README.name} example", "exec"), {"__name__": "readme_example"})
+@pytest.mark.parametrize("name", EXAMPLES)
+def test_the_example_runs(name: str) -> None:
+    (code,) = EXAMPLES[name]
+    exec(compile(code, f"{name} example", "exec"), {"__name__": "readme_example"})
