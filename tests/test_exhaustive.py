@@ -22,20 +22,14 @@ from radixkv_conformance.adapters.radixkv import (
     sliding_window,
 )
 from radixkv_conformance.cli import main
-from radixkv_conformance.exhaustive import (
-    ALPHABET,
-    Alphabet,
-    AlphabetError,
-    Fixed,
-    explore,
-    own_targets,
-    target,
-)
+from radixkv_conformance.explore.alphabet import ALPHABET, Alphabet, Fixed
+from radixkv_conformance.explore.driver import AlphabetError
+from radixkv_conformance.explore.sequences import explore, own_targets, target
+from radixkv_conformance.explore.states import explore_states, parse_bounds
 from radixkv_conformance.profile import RADIXKV, RADIXKV_MAMBA, RADIXKV_SWA, Profile
 from radixkv_conformance.protocol import Evicted, Host, Inserted, Matched
 from radixkv_conformance.registry import machine_for
 from radixkv_conformance.replay import replay
-from radixkv_conformance.states import explore_states, parse_bounds
 from radixkv_conformance.trace import load
 
 NARROW = parse_bounds("tokens=1,length=1,locks=1")  # SWA's and Mamba's CI state bounds

@@ -16,11 +16,11 @@ from radixkv_conformance.adapters.radixkv import (
     sliding_window,
 )
 from radixkv_conformance.cli import main
-from radixkv_conformance.exhaustive import explore, own_targets, target
+from radixkv_conformance.explore.sequences import explore, own_targets, target
+from radixkv_conformance.explore.states import Bounds, explore_states, parse_bounds
 from radixkv_conformance.profile import RADIXKV
 from radixkv_conformance.protocol import Host
 from radixkv_conformance.replay import replay
-from radixkv_conformance.states import Bounds, explore_states, parse_bounds
 
 from tests.helpers import RecordingHost
 

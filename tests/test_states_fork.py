@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 from radixkv_conformance.adapters import planted
-from radixkv_conformance.exhaustive import target
+from radixkv_conformance.explore.sequences import target
+from radixkv_conformance.explore.states import explore_states, parse_bounds
 from radixkv_conformance.profile import RADIXKV
 from radixkv_conformance.protocol import Host
-from radixkv_conformance.states import explore_states, parse_bounds
 
 pytestmark = pytest.mark.search  # kit explorations: run once, not again on the pure key path
 

@@ -18,10 +18,11 @@ import radixkv_conformance.profiles  # noqa: F401  # registers radixkv's "ci" pr
 from hypothesis import settings
 from radixkv_conformance import run_conformance
 from radixkv_conformance.adapters import planted
-from radixkv_conformance.exhaustive import ALPHABET, explore, target
+from radixkv_conformance.explore.alphabet import ALPHABET
+from radixkv_conformance.explore.sequences import explore, target
+from radixkv_conformance.explore.states import explore_states, parse_bounds
 from radixkv_conformance.profile import RADIXKV
 from radixkv_conformance.replay import replay
-from radixkv_conformance.states import explore_states, parse_bounds
 
 pytestmark = pytest.mark.search  # kit explorations: run once, not again on the pure key path
 

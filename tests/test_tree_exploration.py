@@ -9,8 +9,8 @@ default ``radixkv check`` runs the same exploration before its random search.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
-import time
 from pathlib import Path
 
 import pytest
@@ -18,9 +18,9 @@ from hypothesis import settings
 from radixkv_conformance import run_conformance
 from radixkv_conformance.adapters import page_trie
 from radixkv_conformance.cli import FAILED, main
-from radixkv_conformance.exhaustive import Finding, target
+from radixkv_conformance.explore.sequences import ShortestFinding, target
+from radixkv_conformance.explore.states import PRESETS, TREE, explore_states, parse_bounds
 from radixkv_conformance.profile import RADIXKV
-from radixkv_conformance.states import PRESETS, TREE, explore_states, parse_bounds
 
 pytestmark = pytest.mark.search
 
@@ -49,15 +49,10 @@ def test_a_budget_ends_the_exploration_and_says_how_deep_it_got() -> None:
 
 
 def test_each_finding_is_handed_over_when_found_and_shortest() -> None:
-    found: list[tuple[Finding, float]] = []
-    report = explore_states(
-        _machine(CASCADE),
-        TREE,
-        budget=20,
-        on_finding=lambda finding: found.append((finding, time.perf_counter())),
-    )
-    ended = time.perf_counter()
-    [(finding, when)] = found
+    found: list[ShortestFinding] = []
+    one_namespace = dataclasses.replace(TREE, namespaces=1, depth=5)
+    report = explore_states(_machine(CASCADE), one_namespace, on_finding=found.append)
+    [finding] = found
     assert finding.id == LOCKED_VICTIM
     assert [step.rule for step in finding.steps] == [
         "extend_request",
@@ -65,17 +60,18 @@ def test_each_finding_is_handed_over_when_found_and_shortest() -> None:
         "lock",
         "evict",
     ]  # the issue's four calls: a parent, its child, a lock on the parent, evict all
-    assert report.budget_spent and ended - when > 1.0  # handed over while the search went on
+    assert report.by_depth[5] > 0  # found at depth 4, and the exploration went on past it
 
 
 def test_the_default_check_explores_first_and_reports_the_shortest_sequence() -> None:
     quick = settings(
         max_examples=5, stateful_step_count=5, deadline=None, database=None, derandomize=True
     )
+    bounds = dataclasses.replace(TREE, namespaces=1, depth=4)  # fixed work, not a time budget
     report = run_conformance(
-        CASCADE, settings=quick, name="cascade", budget=40, explore=TREE, max_failures=1
+        CASCADE, settings=quick, name="cascade", budget=40, explore=bounds, max_failures=1
     )
-    assert [stage.bounds for stage in report.explored] == [b.text() for b in TREE.stages()]
+    assert [stage.bounds for stage in report.explored] == [bounds.text()]
     assert all(stage.transitions > 0 for stage in report.explored)
     [failure] = report.failures
     assert failure.finding == LOCKED_VICTIM
@@ -89,8 +85,9 @@ def test_the_exploration_counts_the_situations_it_reaches() -> None:
     tree's: a childless parent after an eviction needs a parent, a child and an eviction."""
     tiny = settings(max_examples=1, stateful_step_count=1, deadline=None, database=None)
     alone = run_conformance(page_trie.factory, settings=tiny, name="alone")
+    three_steps = dataclasses.replace(TREE, namespaces=1, depth=3)
     explored = run_conformance(
-        page_trie.factory, settings=tiny, name="explored", budget=20, explore=TREE
+        page_trie.factory, settings=tiny, name="explored", budget=20, explore=three_steps
     )
     assert alone.coverage.counts["evict-empties-a-parent"] == 0
     assert explored.coverage.counts["evict-empties-a-parent"] > 0
@@ -123,7 +120,7 @@ def test_states_ci_on_a_foreign_cache_finds_the_cascade_within_its_budget(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     args = ["check", TARGET, "--option", "bugs=cascade_locked", "--states", "ci"]
-    assert main([*args, "--budget", "60", "--traces", str(tmp_path)]) == FAILED
+    assert main([*args, "--budget", "30", "--traces", str(tmp_path)]) == FAILED
     out = capsys.readouterr().out
     said = out.index(f"finding 1 [{LOCKED_VICTIM}]")
     assert said < out.index("time budget spent")  # said when found, before the summary

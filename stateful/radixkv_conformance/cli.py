@@ -42,7 +42,7 @@ from typing import Any
 from radixkv_conformance.coverage import check_names
 from radixkv_conformance.protocol import AdapterError
 from radixkv_conformance.targets import OWN, REPLAY_DEFAULT, load
-from radixkv_conformance.trace import write
+from radixkv_conformance.trace import slug, write
 
 SETTINGS_PROFILES = ("ci", "dev", "thorough")
 PASSED, FAILED, USAGE, INCOMPLETE = 0, 1, 2, 3  # exit statuses (module doc)
@@ -106,10 +106,8 @@ def _command(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         if args.replay is not None:
             return _replay(args.replay, args.target, profile_name, args)
         targets = [(args.target, args.target)] if args.target else list(OWN)
-        if args.exhaustive is not None:
-            return _exhaustive(args.target, profile_name, args)
-        if args.states is not None:
-            return _states(args.target, profile_name, args)
+        if args.exhaustive is not None or args.states is not None:
+            return _explore(args.target, profile_name, args)
         return _check(targets, profile_name, args)
     except KeyError as error:  # a LookupError, but its str() is the key's repr
         raise LookupError(f"unknown {error.args[0]!r}") from error
@@ -279,8 +277,8 @@ def _profile(name: str | None, declared: Any, fallback: Any = None) -> Any:
 def _check(targets: list[tuple[str, str]], profile_name: str | None, args: Any) -> int:
     from radixkv_conformance import profiles
     from radixkv_conformance.conformance import run_conformance
+    from radixkv_conformance.explore.states import parse_bounds
     from radixkv_conformance.progress import Progress
-    from radixkv_conformance.states import parse_bounds
 
     settings_name = profiles.load_profile()
     print(
@@ -326,7 +324,7 @@ def _check(targets: list[tuple[str, str]], profile_name: str | None, args: Any) 
 def _show_finding(label: str, target: str, traces: Path, found: list[Any], failure: Any) -> None:
     """Each finding as soon as it is minimized, with its trace."""
     found.append(failure)
-    path = traces / f"{_slug(label)}-{len(found)}.json"
+    path = traces / f"{slug(label)}-{len(found)}.json"
     write(failure.trace, path)
     print(f"{label}: finding {len(found)} [{failure.finding}]: {failure.message}")
     if failure.came_past():
@@ -334,25 +332,17 @@ def _show_finding(label: str, target: str, traces: Path, found: list[Any], failu
     print(f"  trace: {path}  (radixkv check --replay {path} {target})", flush=True)
 
 
-def _exhaustive(target: str | None, profile_name: str | None, args: Any) -> int:
-    from radixkv_conformance import exhaustive
+def _explore(target: str | None, profile_name: str | None, args: Any) -> int:
+    """``--exhaustive N`` or ``--states BOUNDS``: radixkv's caches, or the one named."""
+    from radixkv_conformance.explore import sequences, states
 
-    explored = exhaustive.own_targets(args.known)
+    explored = sequences.own_targets(args.known)
     if target is not None:
         factory, declared = load(target, args.option)
         profile = _profile(profile_name, declared)
-        explored = [exhaustive.target(target, factory, profile, args.known)]
-    return exhaustive.command(explored, args.exhaustive, args.traces)
-
-
-def _states(target: str | None, profile_name: str | None, args: Any) -> int:
-    from radixkv_conformance import exhaustive, states
-
-    explored = exhaustive.own_targets(args.known)
-    if target is not None:
-        factory, declared = load(target, args.option)
-        profile = _profile(profile_name, declared)
-        explored = [exhaustive.target(target, factory, profile, args.known)]
+        explored = [sequences.target(target, factory, profile, args.known)]
+    if args.exhaustive is not None:
+        return sequences.command(explored, args.exhaustive, args.traces)
     return states.command(explored, args.states, args.traces, target is None, args.budget)
 
 
@@ -389,10 +379,6 @@ def _replay(path: Path, target: str | None, profile_name: str | None, args: Any)
         write(small, out)
         print(f"  minimized: {len(small['steps'])} of {len(document['steps'])} steps in {out}")
     return 1
-
-
-def _slug(label: str) -> str:
-    return "".join(ch if ch.isalnum() else "-" for ch in label.lower()).strip("-")
 
 
 if __name__ == "__main__":

@@ -36,14 +36,14 @@ from hypothesis.reporting import with_reporter
 from hypothesis.stateful import get_state_machine_test
 
 from radixkv_conformance.coverage import Coverage
-from radixkv_conformance.exhaustive import Finding as StatesFinding
+from radixkv_conformance.explore.sequences import ShortestFinding
+from radixkv_conformance.explore.states import Bounds, StatesReport, explore_states
 from radixkv_conformance.findings import Finding, flatten, invariant_id
 from radixkv_conformance.machines import ConformanceMachine
 from radixkv_conformance.minimize import minimize
 from radixkv_conformance.profile import RADIXKV, Profile, describe
 from radixkv_conformance.protocol import CAPABILITIES, AdapterFactory, require_capabilities
 from radixkv_conformance.registry import machine_for, probe_adapter
-from radixkv_conformance.states import Bounds, StatesReport, explore_states
 
 NOT_RULES = (
     "runs",
@@ -319,7 +319,7 @@ def _explore(
     the report once; the situations reached count."""
     machine.session.coverage = report.coverage.counts
 
-    def found(finding: StatesFinding) -> None:
+    def found(finding: ShortestFinding) -> None:
         if any(failure.finding == finding.id for failure in report.failures):
             return  # an earlier stage found it, as short or shorter
         if finding.trace is None:  # the kit's machines trace every finding

@@ -27,7 +27,7 @@ from radixkv_spec.situations import (
     view_of,
 )
 
-Step = dict[str, Any]
+from radixkv_conformance.trace import Step
 
 
 class Probe:

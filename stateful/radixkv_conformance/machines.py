@@ -81,9 +81,9 @@ from radixkv_conformance.strategies import (
     tails,
     up_to,
 )
+from radixkv_conformance.trace import Step as Step  # the rule sets take it from here
 from radixkv_conformance.trace import trace_document
 
-Step = dict[str, Any]
 Key = tuple[int, ...]
 Keywords = dict[str, Any]  # a call's keywords beyond the key and its indices
 Frees = list[tuple[str, tuple[int, ...]]]  # what the cache freed: (pool, indices), in order

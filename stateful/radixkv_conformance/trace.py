@@ -13,6 +13,9 @@ from typing import Any
 
 from radixkv_conformance.findings import invariant_id
 
+Step = dict[str, Any]
+"""One step of a run as a trace records it (FORMAT.md): its id, op, arguments, expect."""
+
 FORMAT = "radixkv-trace/1"
 
 
@@ -89,3 +92,8 @@ def load(path: Path | str) -> dict[str, Any]:
     if document.get("format") != FORMAT:
         raise ValueError(f"{path}: not a {FORMAT} trace")
     return document
+
+
+def slug(label: str) -> str:
+    """``label`` as a file name's part: lower case, every other character a dash."""
+    return "".join(ch if ch.isalnum() else "-" for ch in label.lower()).strip("-")

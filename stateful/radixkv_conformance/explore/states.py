@@ -27,24 +27,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from radixkv_conformance.exhaustive import (
+from radixkv_conformance.explore.alphabet import (
     ALPHABET,
     NAMESPACES,
     Alphabet,
-    ExhaustiveReport,
-    Finding,
     Fixed,
-    Fork,
     Labels,
-    Target,
     TokenLists,
-    _Call,
-    _Driver,
-    _Explorer,
-    _quiet_build_context,
-    _slug,
-    _State,
 )
+from radixkv_conformance.explore.driver import Call, Driver, Fork, State, quiet_build_context
+from radixkv_conformance.explore.sequences import (
+    ExhaustiveReport,
+    Explorer,
+    ShortestFinding,
+    Target,
+)
+from radixkv_conformance.trace import slug
 
 LOW = 1 << 10
 """Where the kit's KV indices start in an explored run: above every number the bounds give
@@ -223,7 +221,7 @@ COUNTERS = frozenset({"next_index", "next_slot"})  # every new one is above ever
 OWN = frozenset({"sut", "model", "keys_seen", "cached_refs"})
 
 
-def canonical(state: _State, hypothesis_owned: frozenset[str], low: int = LOW) -> Hashable:
+def canonical(state: State, hypothesis_owned: frozenset[str], low: int = LOW) -> Hashable:
     """The canonical form of a state (SPEC.md "The canonical state").
 
     The raw picture is the start variant, the symmetry counts, the kit's own state (handles,
@@ -449,7 +447,7 @@ class StatesReport:
     beyond: int = 0  # successors past the lock bound: checked, not expanded
     seconds: float = 0.0
     by_depth: Counter[int] = field(default_factory=Counter)
-    findings: dict[str, Finding] = field(default_factory=dict)
+    findings: dict[str, ShortestFinding] = field(default_factory=dict)
     outcomes: set[Hashable] = field(default_factory=set)  # what states show (``_outcome``)
     acknowledged: int = 0
     notes: list[str] = field(default_factory=list)
@@ -491,18 +489,18 @@ class StatesReport:
         return "\n".join(lines)
 
 
-class _Breadth(_Explorer):
+class _Breadth(Explorer):
     """The sequence explorer's steps and findings, breadth first over canonical states."""
 
-    def __init__(self, driver: _Driver, report: StatesReport, bounds: Bounds, fork: Fork):
+    def __init__(self, driver: Driver, report: StatesReport, bounds: Bounds, fork: Fork):
         shim = ExhaustiveReport(report.name, 0, fork)
         super().__init__(driver, shim, fork)
         self.states, self.bounds = report, bounds
         self.visited: set[Hashable] = set()
         self.deadline = float("inf")
-        self.on_finding: Callable[[Finding], None] | None = None
+        self.on_finding: Callable[[ShortestFinding], None] | None = None
 
-    def branch(self, state: _State) -> _State:
+    def branch(self, state: State) -> State:
         if self.fork == "copy":
             try:
                 return self.driver.copy(state)
@@ -511,7 +509,7 @@ class _Breadth(_Explorer):
                 self.states.notes.append(f"copying a state failed ({error!r}): paths replayed")
         return self.rebuild(state)
 
-    def rebuild(self, state: _State) -> _State:
+    def rebuild(self, state: State) -> State:
         """The state again, by replaying its shortest path on a fresh machine."""
         new = self.driver.fresh()
         starts = len(self.driver.initializers)
@@ -525,7 +523,7 @@ class _Breadth(_Explorer):
         return new
 
     def run(self, merge: bool) -> None:
-        level: list[_State] = []
+        level: list[State] = []
         for root, call in self._initialized(self.driver.fresh(), 0):
             failed = call.error or self._check(root)
             if failed is not None:
@@ -537,7 +535,7 @@ class _Breadth(_Explorer):
         depth = 0
         try:
             while level and (self.bounds.depth is None or depth < self.bounds.depth):
-                nxt: list[_State] = []
+                nxt: list[State] = []
                 for state in level:
                     nxt += self._expand(state, depth, merge)
                 level, depth = nxt, depth + 1
@@ -547,7 +545,7 @@ class _Breadth(_Explorer):
             return
         self.states.fixpoint = not level
 
-    def _expand(self, state: _State, depth: int, merge: bool) -> list[_State]:
+    def _expand(self, state: State, depth: int, merge: bool) -> list[State]:
         steps = _steps_of(state)
         out = []
         for child, call in self.children(state):
@@ -567,7 +565,7 @@ class _Breadth(_Explorer):
                 out.append(child)
         return out
 
-    def _new(self, state: _State, depth: int, merge: bool) -> bool:
+    def _new(self, state: State, depth: int, merge: bool) -> bool:
         key = canonical(state, self.driver.hypothesis_owned, self.bounds.low())
         self.states.outcomes.add(_outcome(key))
         if merge and key in self.visited:
@@ -580,12 +578,12 @@ class _Breadth(_Explorer):
             state.machine = None  # rebuilt from its path when expanded
         return True
 
-    def children(self, state: _State, initial: bool = False) -> Iterator[tuple[_State, _Call]]:
+    def children(self, state: State, initial: bool = False) -> Iterator[tuple[State, Call]]:
         if state.machine is None:
             state = self.rebuild(state)
         return super().children(state, initial)
 
-    def _found(self, state: _State, path: list[Any], error: Exception) -> None:
+    def _found(self, state: State, path: list[Any], error: Exception) -> None:
         """Breadth first, the first sequence to a finding is a shortest one: said at once."""
         before = set(self.report.findings)
         super()._found(state, path, error)
@@ -605,7 +603,7 @@ def _outcome(key: Hashable) -> Hashable:
     return (parts[0], parts[3], parts[4])
 
 
-def _steps_of(state: _State) -> list[Any]:
+def _steps_of(state: State) -> list[Any]:
     return list(getattr(state, "steps", []))
 
 
@@ -626,7 +624,7 @@ def explore_states(
     fork: Fork = "copy",
     progress: Callable[[StatesReport], None] | None = None,
     budget: float | None = None,
-    on_finding: Callable[[Finding], None] | None = None,
+    on_finding: Callable[[ShortestFinding], None] | None = None,
 ) -> StatesReport:
     """Breadth-first exploration of ``machine_cls`` within ``bounds``; never raises for a
     finding (each distinct one is in ``findings`` with a shortest sequence, and given to
@@ -637,13 +635,13 @@ def explore_states(
         raise ValueError(f"the exploration's budget must be positive seconds, got {budget}")
     started = time.perf_counter()
     report = StatesReport(name or machine_cls.__name__, bounds.text(), fork, merge)
-    explorer = _Breadth(_Driver(machine_cls, bounds.alphabet()), report, bounds, fork)
+    explorer = _Breadth(Driver(machine_cls, bounds.alphabet()), report, bounds, fork)
     explorer.on_finding = on_finding
     if budget is not None:
         explorer.deadline = started + budget
     if progress is not None:
         explorer.progress = lambda _: progress(report)
-    with _quiet_build_context():
+    with quiet_build_context():
         explorer.run(merge)
     report.findings = explorer.report.findings
     report.acknowledged = explorer.report.acknowledged
@@ -657,28 +655,32 @@ def explore_states(
 def command(
     targets: Sequence[Target], text: str, traces: Path, own: bool, budget: float | None = None
 ) -> int:
-    """Explore each target (``budget`` seconds each at most), print each finding as it is
-    found with its trace, then each target's row."""
+    """Explore each target (``budget`` seconds each at most, shared by the stages of a
+    foreign cache's bounds: ``Bounds.stages``), print each finding as it is found with its
+    trace, then each exploration's row."""
     from radixkv_conformance.progress import Progress
 
     reports = []
     for target in targets:
         bounds = own_bounds(text, target.label) if own else parse_bounds(text)
-        with Progress(target.label) as bar:
+        stages = bounds.stages() if budget is not None and not own else (bounds,)
+        announce = Announce(target.label, traces / f"states-{slug(target.label)}")
+        for stage in stages:
+            with Progress(target.label) as bar:
 
-            def show(report: StatesReport, bar: Progress = bar) -> None:
-                bar.update(Counter({"runs": report.states, "steps": report.transitions}))
+                def show(report: StatesReport, bar: Progress = bar) -> None:
+                    bar.update(Counter({"runs": report.states, "steps": report.transitions}))
 
-            report = explore_states(
-                target.machine(),
-                bounds,
-                name=target.label,
-                progress=show,
-                budget=budget,
-                on_finding=Announce(target.label, traces / f"states-{_slug(target.label)}"),
-            )
-        reports.append(report)
-        print(report.render(), flush=True)
+                report = explore_states(
+                    target.machine(),
+                    stage,
+                    name=target.label,
+                    progress=show,
+                    budget=None if budget is None else budget / len(stages),
+                    on_finding=announce,
+                )
+            reports.append(report)
+            print(report.render(), flush=True)
     print("\n" + table(reports))
     failed = [r.name for r in reports if not r.passed]
     print("every reachable state held" if not failed else f"FAILED: {', '.join(failed)}")
@@ -690,10 +692,14 @@ class Announce:
 
     def __init__(self, label: str, prefix: Path) -> None:
         self.label, self.prefix, self.count = label, prefix, 0
+        self.said: set[str] = set()  # a later stage finds them again: said once
 
-    def __call__(self, finding: Finding) -> None:
+    def __call__(self, finding: ShortestFinding) -> None:
         from radixkv_conformance.trace import write
 
+        if finding.id in self.said:
+            return
+        self.said.add(finding.id)
         self.count += 1
         print(
             f"{self.label}: finding {self.count} [{finding.id}] {finding.check}: "
