@@ -121,6 +121,7 @@ class Alphabet:
 
     name: str
     domains: Mapping[str, Domain]
+    left_out: frozenset[str] = frozenset()  # rules not run at all
 
     def domain(self, rule: str, label: str) -> Domain | None:
         return self.domains.get(f"{rule}.{label}") or self.domains.get(label)

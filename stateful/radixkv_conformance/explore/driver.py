@@ -209,7 +209,8 @@ class Driver:
         return [
             r.function.__name__
             for r in rules
-            if all(pre(state.machine) for pre in r.preconditions)
+            if r.function.__name__ not in self.alphabet.left_out
+            and all(pre(state.machine) for pre in r.preconditions)
             and all(state.bundles.get(b.name) for b in r.bundles)
         ]
 
