@@ -38,6 +38,17 @@ def test_the_bounds_a_foreign_cache_gets_admit_trees() -> None:
     assert ci == TREE
     assert ci.length >= 2 and ci.namespaces == 2 and ci.locks >= 1  # a parent, a lock on it
     assert ci.depth is None  # a time budget ends it, not a depth cap that hides depth 5
+    assert parse_bounds(ci.text()) == ci and "skip=bad_call+refresh_often" in ci.text()
+
+
+def test_rules_left_out_are_never_run() -> None:
+    """The tree exploration leaves out bad calls and refresh bursts (the random search runs
+    them): fewer transitions, and no state it keeps is lost."""
+    bounds = dataclasses.replace(TREE, namespaces=1, depth=2)
+    kept = explore_states(_machine(page_trie.factory), dataclasses.replace(bounds, skip=()))
+    left = explore_states(_machine(page_trie.factory), bounds)
+    assert left.transitions < kept.transitions
+    assert 0 < left.states <= kept.states
 
 
 def test_a_budget_ends_the_exploration_and_says_how_deep_it_got() -> None:
