@@ -43,7 +43,7 @@ def test_the_bounds_a_foreign_cache_gets_admit_trees() -> None:
 
 def test_rules_left_out_are_never_run() -> None:
     """The tree exploration leaves out bad calls and refresh bursts (the random search runs
-    them): fewer transitions, and no state it keeps is lost."""
+    them): fewer transitions to the same depth."""
     bounds = dataclasses.replace(TREE, namespaces=1, depth=2)
     kept = explore_states(_machine(page_trie.factory), dataclasses.replace(bounds, skip=()))
     left = explore_states(_machine(page_trie.factory), bounds)
