@@ -199,7 +199,7 @@ class _ResumeMiscounts:
         class Miscounts(SlidingWindowAdapter):
             def insert(self, *args: Any, **kw: Any) -> Any:
                 got = as_inserted(super().insert(*args, **kw))
-                if kw.get("prev_prefix_len"):
+                if kw.get("prev_prefix_len") and got.prefix_len is not None:
                     return got._replace(prefix_len=got.prefix_len + page_size)
                 return got
 
