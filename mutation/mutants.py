@@ -24,13 +24,13 @@ TREE = "src/radixkv/tree.py"
 HASHING = "src/radixkv/hashing.py"
 ARGS = "src/radixkv/arguments.py"
 KEYS = "src/radixkv/keys.py"
-SWA = "src/radixkv/swa.py"
+SWA = "src/radixkv/parts/swa.py"
 SWA_MACHINE = "tests/machines/test_swa_machine.py"
 # Two SWA bugs need a locked node under (or over) a tombstone: the thorough machine finds
 # them (1.5 and 5.5 minutes), the ci one does not; in CI the SWA example tests catch them.
 SWA_MACHINE_AND_EXAMPLES = f"{SWA_MACHINE} tests/test_swa_insert.py tests/test_swa_locks_evict.py"
-MAMBA = "src/radixkv/mamba_states.py"
-LRU = "src/radixkv/lru_list.py"
+MAMBA = "src/radixkv/parts/mamba.py"
+LRU = "src/radixkv/parts/lru_list.py"
 MAMBA_MACHINE = "tests/machines/test_mamba_machine.py"
 EVENTS = "src/radixkv/events/__init__.py"
 TRIE = "src/radixkv/radix_trie.py"
@@ -536,8 +536,8 @@ MUTANTS: tuple[Mutant, ...] = (
 # Rebuilds: ``refresh_often`` matches one key 80 times, so the eviction heap's rebuild (after
 # more than 2 * leaves + 64 stale entries) runs in a short CI run. Pools at exhaustion: the
 # direct checks of copy-on-write with a full state pool and of the pools' bounds.
-ALLOCATOR = "src/radixkv/allocator.py"
-STATE_POOL = "src/radixkv/mamba_pool.py"
+ALLOCATOR = "src/radixkv/pools/allocator.py"
+STATE_POOL = "src/radixkv/pools/mamba_pool.py"
 MAMBA_EXAMPLES = "tests/test_mamba_cache.py tests/test_pools.py tests/test_mamba_cow_exhaustion.py"
 ALLOCATOR_EXAMPLES = "tests/test_allocator.py"
 

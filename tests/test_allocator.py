@@ -13,7 +13,7 @@ from radixkv import (
     TokenTypeError,
     UsageError,
 )
-from radixkv.allocator import HybridKVAllocator
+from radixkv.pools import HybridKVAllocator
 
 
 def state(pool: KVIndexAllocator) -> tuple[int, list[bool]]:

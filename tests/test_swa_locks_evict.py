@@ -24,6 +24,7 @@ from radixkv import (
     TreeNode,
     UsageError,
 )
+from radixkv.pools import KVAllocator
 from tests.helpers import (
     HybridPool,
     RecordingAllocator,
@@ -60,7 +61,7 @@ class NotCallable:
 
 
 @pytest.mark.parametrize("allocator", [FullOnlyAllocator(), NotCallable(), RecordingAllocator(8)])
-def test_pymllm_8_4_an_allocator_without_free_swa_is_refused(allocator: object) -> None:
+def test_pymllm_8_4_an_allocator_without_free_swa_is_refused(allocator: KVAllocator) -> None:
     """pymllm: without free_swa, tombstoning fell back to free() (full KV) and a later
     eviction freed the same indices again. The cache refuses such an allocator up front."""
     with pytest.raises(UsageError, match=r"free_swa"):

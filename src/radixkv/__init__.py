@@ -4,7 +4,6 @@ The public API follows the seed documents (pymllm ``mem_cache``); semantics are 
 """
 
 from radixkv import _torch  # noqa: F401  (first: torch, without its NumPy warning)
-from radixkv.allocator import DoubleFreeError, HybridKVAllocator, KVIndexAllocator
 from radixkv.base import (
     BasePrefixCache,
     EvictResult,
@@ -23,10 +22,9 @@ from radixkv.errors import (
 )
 from radixkv.eviction import POLICIES, EvictionPolicy
 from radixkv.hashing import hash_bytes, hash_to_int64, hash_token_ids, namespace_seed
-from radixkv.lru_list import LRUList
-from radixkv.mamba_node import MambaTreeNode
-from radixkv.mamba_pool import MambaStatePool
 from radixkv.mamba_radix_cache import MambaMatchResult, MambaRadixCache
+from radixkv.parts import LRUList, MambaTreeNode
+from radixkv.pools import DoubleFreeError, HybridKVAllocator, KVIndexAllocator, MambaStatePool
 from radixkv.radix_cache import RadixCache
 from radixkv.radix_trie import RadixTrie, TrieNode
 from radixkv.tree import TreeNode

@@ -38,11 +38,6 @@ def require_any_int(name: str, value: object) -> int:
     return value
 
 
-def page_align(n: int, page_size: int) -> int:
-    """The largest multiple of ``page_size`` not above ``n``."""
-    return n // page_size * page_size
-
-
 def reject_unknown(kwargs: dict[str, Any]) -> None:
     if kwargs:
         raise UsageError(f"unexpected keyword arguments: {sorted(kwargs)}")

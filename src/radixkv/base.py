@@ -1,18 +1,20 @@
 """The seed's shared data types: the three result records and BasePrefixCache.
 
 ``RadixKey`` lives with the code that reads keys (keys.py) and is re-exported here, where
-the seed names it.
+the seed names it; ``KVAllocator`` and ``free_indices`` live with the pools
+(pools/protocols.py) and are re-exported here too.
 """
 
 from __future__ import annotations
 
 import abc
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 import torch
 
 from radixkv.keys import RadixKey, key_limit
+from radixkv.pools.protocols import KVAllocator, free_indices
 
 __all__ = [
     "BasePrefixCache",
@@ -29,18 +31,6 @@ __all__ = [
 
 def empty_indices(device: torch.device) -> torch.Tensor:
     return torch.empty(0, dtype=torch.int64, device=device)
-
-
-class KVAllocator(Protocol):
-    """What a cache needs from a KV pool: somewhere to return the indices it lets go."""
-
-    def free(self, indices: torch.Tensor) -> None: ...
-
-
-def free_indices(allocator: KVAllocator | None, indices: torch.Tensor) -> None:
-    """Return ``indices`` to ``allocator`` (a cache without one just drops them)."""
-    if allocator is not None and indices.numel():
-        allocator.free(indices)
 
 
 @dataclass

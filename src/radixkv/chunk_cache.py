@@ -33,6 +33,7 @@ from radixkv.base import (
 )
 from radixkv.errors import StaleNodeError, TokenTypeError
 from radixkv.keys import read_key
+from radixkv.pools.protocols import KVAllocator
 from radixkv.tree import TreeNode
 
 
@@ -42,7 +43,9 @@ class ChunkCache(BasePrefixCache):
     ``token_to_kv_pool_allocator`` is accepted for interface parity and never called.
     """
 
-    def __init__(self, token_to_kv_pool_allocator: Any = None, device: str = "cpu") -> None:
+    def __init__(
+        self, token_to_kv_pool_allocator: KVAllocator | None = None, device: str = "cpu"
+    ) -> None:
         self.token_to_kv_pool_allocator = token_to_kv_pool_allocator
         self.device = torch.device(device)
 

@@ -2,9 +2,9 @@
 
 A cache reads a key once, at the top of ``match_prefix`` or ``insert``::
 
-    with tree.read(key) as read:          # checks the RadixKey, packs, drops the tail
-        walk = tree.descend(read)         # compares with ``read.shared``
-        read.require_valid_from(walk.end) # the part the tree does not hold must be valid
+    with read_key(key, page_size, tree.packed) as read:  # checks the key, packs, drops the tail
+        walk = tree.descend(read)                        # compares with ``read.shared``
+        read.require_valid_from(walk.end)  # the part the tree does not hold must be valid
 
 ``read_key`` checks the ``RadixKey`` and its namespace, turns the token ids into key data
 (below), truncates them to whole pages (checking the dropped tail too) and returns a

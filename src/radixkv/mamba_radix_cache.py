@@ -1,6 +1,6 @@
 """MambaRadixCache: the radix KV cache of hybrid attention + SSM models (SPEC.md, Mamba).
 
-A ``RadixCache`` whose part is ``MambaStates`` (mamba_states.py: state slots, truncating
+A ``RadixCache`` whose part is ``MambaStates`` (parts/mamba.py: state slots, truncating
 matches, the mamba LRU list, phase 2 of eviction), with the seed's constructor and names.
 Each node keeps the KV indices of its tokens (``value``) and, optionally, one state slot
 holding the recurrent state after its last token (``mamba_value``); ``match_prefix`` stops
@@ -21,10 +21,11 @@ import torch
 from radixkv.arguments import InsertKeywords, insert_keywords, state_slot
 from radixkv.base import InsertResult, MatchResult, RadixKey
 from radixkv.keys import read_key
-from radixkv.lru_list import LRUList
-from radixkv.mamba_node import MambaTreeNode
-from radixkv.mamba_states import MambaPool, MambaStates, RecencyOrder
-from radixkv.part import Part
+from radixkv.parts.lru_list import LRUList
+from radixkv.parts.mamba import MambaStates, RecencyOrder
+from radixkv.parts.mamba_node import MambaTreeNode
+from radixkv.parts.part import Part
+from radixkv.pools.protocols import KVAllocator, MambaPool
 from radixkv.radix_cache import RadixCache, TreeOptions
 from radixkv.tree import Tree, TreeNode
 
@@ -60,8 +61,8 @@ class MambaRadixCache(RadixCache):
     def __init__(
         self,
         page_size: int = 1,
-        token_to_kv_pool_allocator: Any = None,
-        mamba_pool: Any = None,
+        token_to_kv_pool_allocator: KVAllocator | None = None,
+        mamba_pool: MambaPool | None = None,
         on_node_evict: Callable[[int], None] | None = None,
         **options: Unpack[TreeOptions],
     ) -> None:

@@ -4,10 +4,11 @@ Keys and values are page aligned, namespaces (``extra_key``) never share a node,
 a logical clock, eviction deletes whole unlocked leaves least recently used first, and a
 lock is a handle: every ``dec_lock_ref`` must answer an ``inc_lock_ref`` on the same node.
 
-Every tree cache is this class: one ``Tree`` plus one part (part.py) — full attention,
-a sliding window (swa.py), or Mamba states (mamba_states.py, ``MambaRadixCache`` being
-this class with the seed's Mamba constructor). Match, insert, the eviction loop, reset,
-locks and printing are written once, here, and ask the part at fixed points.
+Every tree cache is this class: one ``Tree`` plus one part (parts/) — full attention
+(parts/part.py), a sliding window (parts/swa.py), or Mamba states (parts/mamba.py,
+``MambaRadixCache`` being this class with the seed's Mamba constructor). Match, insert,
+the eviction loop, reset, locks and printing are written once, here, and ask the part at
+fixed points.
 """
 
 from __future__ import annotations
@@ -33,15 +34,15 @@ from radixkv.base import (
     MatchResult,
     RadixKey,
     empty_indices,
-    free_indices,
 )
 from radixkv.errors import LockError
 from radixkv.events import EventListener, PageEvents, node_page_hashes
 from radixkv.eviction import EvictionPolicy, apply_priority, resolve_policy
 from radixkv.invariants import check_tree
 from radixkv.keys import KeyData, read_key, span, token_count
-from radixkv.part import Part
-from radixkv.swa import SlidingWindow, SwaTreeNode
+from radixkv.parts.part import Part
+from radixkv.parts.swa import SlidingWindow, SwaTreeNode
+from radixkv.pools.protocols import KVAllocator, free_indices
 from radixkv.tree import Descent, Tree, TreeNode
 
 DEFAULT_INSERT_KEYWORDS = insert_keywords({})
@@ -80,7 +81,8 @@ class RadixCache(BasePrefixCache):
     ``on_node_evict`` is called with the id of every node the cache deletes. ``clock``
     stamps recency; by default a per-cache counter that ticks once per operation. The
     cache is one ``Tree`` (tree.py: ids, sizes, locks, recency, shape) plus an attention
-    part (swa.py): ``FullAttention``, or ``SlidingWindow`` with ``sliding_window_size``.
+    part (parts/): ``Part`` (full attention), or ``SlidingWindow`` with
+    ``sliding_window_size`` (its allocator must then have ``free_swa`` too).
     ``event_listener`` receives a record for every page stored or removed and for every
     reset (``radixkv.events``); without one the cache hashes nothing.
     ``eviction_policy`` picks which unlocked leaf ``evict`` deletes first: ``"lru"``
@@ -93,7 +95,7 @@ class RadixCache(BasePrefixCache):
         self,
         page_size: int = 1,
         sliding_window_size: int | None = None,
-        token_to_kv_pool_allocator: Any = None,
+        token_to_kv_pool_allocator: KVAllocator | None = None,
         on_node_evict: Callable[[int], None] | None = None,
         **options: Unpack[TreeOptions],
     ) -> None:
@@ -138,7 +140,7 @@ class RadixCache(BasePrefixCache):
         return self.tree.root
 
     @property
-    def pool(self) -> Any:
+    def pool(self) -> KVAllocator | None:
         return self.token_to_kv_pool_allocator
 
     @property

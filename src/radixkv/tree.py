@@ -72,7 +72,7 @@ class TreeNode:
     )
 
     # The seed's sliding-window fields, read-only here: a part keeps what it adds to a node
-    # on its own node class (swa.py's SwaTreeNode), so a plain node carries none of it.
+    # on its own node class (parts/swa.py's SwaTreeNode), so a plain node carries none of it.
     swa_lock_ref: int = 0
     swa_tombstone: bool = False
     swa_boundary_id: int | None = None

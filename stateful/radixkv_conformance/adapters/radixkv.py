@@ -18,7 +18,7 @@ import torch
 
 import radixkv
 from radixkv.events import EventRecorder, to_wire
-from radixkv.mamba_node import MambaTreeNode
+from radixkv.parts import MambaTreeNode
 from radixkv.tree import TreeNode, iter_subtree, path_to_root
 from radixkv_conformance.profile import RADIXKV, RADIXKV_MAMBA, RADIXKV_POLICIES, RADIXKV_SWA
 from radixkv_conformance.protocol import (

@@ -1,11 +1,12 @@
-"""The attention parts of a RadixCache: full attention only, or with a sliding window.
+"""``SlidingWindow``: the part of a RadixCache with sliding-window attention (SPEC.md, SWA).
 
-A RadixCache is one ``Tree`` (tree.py) plus one of these parts. The part decides what a
-match may return, who owns the indices an insert brings, and what a second eviction phase
-frees. It changes the tree only through the tree's public surface (``split``,
-``add_leaf``) and follows its changes through the tree's hooks (``on_added``,
-``on_deleted``, ``on_split``); the cache hands it the one operation it needs from the
-cache, deleting a leaf with its cascade, as an argument of ``evict``.
+A RadixCache is one ``Tree`` (tree.py) plus one part (part.py: ``Part``, full attention
+only, or this one). The part decides what a match may return, who owns the indices an
+insert brings, and what a second eviction phase frees. It changes the tree only through
+the tree's public surface (``split``, ``add_leaf``) and follows its changes through the
+tree's hooks (``on_added``, ``on_deleted``, ``on_split``); the cache hands it the one
+operation it needs from the cache, deleting a leaf with its cascade, as an argument of
+``evict``.
 
 Sliding-window attention (SWA), window W. Every cached token has full-attention KV and
 sliding-window KV under the same index. A *tombstone* is a node whose SWA KV was freed
@@ -21,15 +22,16 @@ import heapq
 import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import torch
 
-from radixkv.base import EvictResult, free_indices
+from radixkv.base import EvictResult
 from radixkv.errors import LockError, UsageError
 from radixkv.invariants import require
 from radixkv.keys import KeyData
-from radixkv.part import Delete, Part
+from radixkv.parts.part import Delete, Part
+from radixkv.pools.protocols import KVAllocator, SwaKVAllocator, free_indices
 from radixkv.tree import Descent, Tree, TreeNode, path_to_root
 
 
@@ -77,14 +79,14 @@ class SlidingWindow(Part[SwaTreeNode]):
 
     node_class = SwaTreeNode
 
-    def __init__(self, tree: Tree[SwaTreeNode], allocator: Any, window: int) -> None:
+    def __init__(self, tree: Tree[SwaTreeNode], allocator: KVAllocator | None, window: int) -> None:
         if allocator is not None and not callable(getattr(allocator, "free_swa", None)):
             raise UsageError(
                 "sliding_window_size needs an allocator with free_swa(indices): freeing "
                 "only the SWA KV of a tombstone with free() would free its full KV twice"
             )
         self.tree = tree
-        self.allocator = allocator
+        self.allocator = cast("SwaKVAllocator | None", allocator)  # free_swa: checked above
         self.window = window
         tree.on_added.append(self._added)
         tree.on_deleted.append(self._deleted)
@@ -292,6 +294,7 @@ class SlidingWindow(Part[SwaTreeNode]):
 
     def _tombstone(self, node: SwaTreeNode, result: EvictResult) -> None:
         if self.allocator is not None:
+            assert node.value is not None  # a live node: only an evicted one has none
             self.allocator.free_swa(node.value)
         node.swa_tombstone = True
         self._evictable -= node.length

@@ -12,7 +12,8 @@ learns of every change of shape through the tree's hooks (``on_added``, ``on_del
 
 ``Part`` itself is the part of a cache with nothing beyond the tree (full attention):
 every hook is the identity or does nothing. ``SlidingWindow`` (swa.py) and
-``MambaStates`` (mamba_states.py) are the others.
+``MambaStates`` (mamba.py) are the others; the package's docstring (parts/__init__.py)
+tabulates what each does at each hook.
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ from typing import cast
 
 from radixkv.base import RadixKey
 from radixkv.errors import UsageError
-from radixkv.mamba_node import MambaTreeNode
+from radixkv.parts.mamba_node import MambaTreeNode
 
 
 class LRUList:

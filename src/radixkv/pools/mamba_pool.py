@@ -10,9 +10,9 @@ from collections.abc import Sequence
 
 import torch
 
-from radixkv.allocator import DoubleFreeError
 from radixkv.arguments import require_int
 from radixkv.errors import TokenTypeError, UsageError
+from radixkv.pools.allocator import DoubleFreeError
 
 
 class MambaStatePool:

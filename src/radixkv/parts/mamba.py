@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterator
-from typing import Protocol
 
 import torch
 
@@ -27,20 +26,11 @@ from radixkv.base import EvictResult
 from radixkv.errors import LockError, UsageError
 from radixkv.invariants import require
 from radixkv.keys import KeyData, token_count
-from radixkv.lru_list import LRUList
-from radixkv.mamba_node import MambaTreeNode
-from radixkv.part import Delete, MakeRoom, Part
+from radixkv.parts.lru_list import LRUList
+from radixkv.parts.mamba_node import MambaTreeNode
+from radixkv.parts.part import Delete, MakeRoom, Part
+from radixkv.pools.protocols import MambaPool
 from radixkv.tree import Descent, Tree, TreeNode, depth_first
-
-
-class MambaPool(Protocol):
-    """What the cache needs from a mamba state pool (``MambaStatePool`` is one)."""
-
-    def alloc_track_slot(self) -> int | None: ...
-
-    def free_track_slot(self, slot: int) -> None: ...
-
-    def copy_states(self, src: int, dst: int) -> None: ...
 
 
 class RecencyOrder:
