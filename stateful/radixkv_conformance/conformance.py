@@ -259,7 +259,7 @@ def run_conformance(
         seconds = EXPLORE_SECONDS
         if budget is not None:
             seconds = max(budget * EXPLORE_SHARE, min(budget, EXPLORE_FLOOR))
-        _explore(machine("Explored"), explore, seconds, report, progress, on_failure)
+        _explore(machine("Explored"), explore, seconds, report, progress, on_failure, max_failures)
         acknowledged.update(failure.finding for failure in report.failures)
     draw, examples = seed, None
     while len(report.failures) < max_failures and not (report.searches and over_budget()):
@@ -313,6 +313,7 @@ def _explore(
     report: ConformanceReport,
     progress: Callable[[Counter[str]], None] | None,
     on_failure: Callable[[Failure], None] | None,
+    max_failures: int,
 ) -> None:
     """Every state within ``bounds``, breadth first, for ``seconds`` shared by its stages
     (``Bounds.stages``): each finding (a shortest sequence, handed over as found) goes into
@@ -322,6 +323,8 @@ def _explore(
     def found(finding: ShortestFinding) -> None:
         if any(failure.finding == finding.id for failure in report.failures):
             return  # an earlier stage found it, as short or shorter
+        if len(report.failures) >= max_failures:
+            return
         if finding.trace is None:  # the kit's machines trace every finding
             raise RuntimeError(f"{finding.id}: the exploration kept no trace")
         report.failures.append(Failure(finding.id, finding.check, finding.message, finding.trace))
