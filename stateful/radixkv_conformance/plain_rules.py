@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Any, ClassVar
 
 from hypothesis import strategies as st
@@ -22,7 +23,7 @@ from radixkv_conformance.machines import (
     end_run,
 )
 from radixkv_conformance.protocol import Evicted, Namespace, NoRoom, as_inserted, token_places
-from radixkv_conformance.strategies import EVICT_AMOUNTS
+from radixkv_conformance.strategies import EVICT_AMOUNTS, TOKEN_ALPHABET, up_to
 
 REFUSED = object()
 """The handle of an insert the cache refused for lack of room: the caller holds nothing, so
@@ -228,7 +229,7 @@ class PlainRules(ConformanceMachine):
     def extend_request(self, data: st.DataObject) -> NodeRef | MultipleResults[NodeRef]:
         """A caller that matched first: it reuses the tree's indices and adds fresh ones."""
         namespace = self.draw_namespace(data)
-        tokens = self.draw_tokens(data)
+        tokens = self.draw_tokens(data) + self.draw_more_pages(data)
         self.do_match(tokens, namespace)
         matched = tuple(self.trace[-1]["expect"]["indices"])  # do_match checked the cache's
         value = matched + self.caller_indices(len(tokens) - len(matched))
@@ -240,6 +241,16 @@ class PlainRules(ConformanceMachine):
     @rule(num_tokens=EVICT_AMOUNTS)
     def evict(self, num_tokens: int) -> None:
         self.do_evict(num_tokens)
+
+    def draw_more_pages(self, data: st.DataObject) -> tuple[int, ...]:
+        """For a cache with a fixed pool (capability ``capacity``): up to one page more than
+        the pool holds, to follow a key (none otherwise). A key drawn by chance seldom fills
+        the pool past its cached prefix, and the allocation that must then be refused holds
+        that prefix while it looks for room (``alloc-refused``)."""
+        if not self.has("capacity"):
+            return ()
+        pages = data.draw(up_to(int(self.sut.capacity) + 1), label="more pages")
+        return tuple(data.draw(exactly(pages * self.page_size), label="more tokens"))
 
     def caller_indices(self, n: int) -> tuple[int, ...]:
         """Fresh indices for an insert, or none where the cache allocates its own."""
@@ -289,6 +300,12 @@ class PlainRules(ConformanceMachine):
             self.require(
                 not missing, f"INV-7: indices leaked (neither cached nor freed): {missing}", "leak"
             )
+
+
+@functools.cache
+def exactly(n: int) -> st.SearchStrategy[list[int]]:
+    """``n`` tokens of the small alphabet, built once."""
+    return st.lists(TOKEN_ALPHABET, min_size=n, max_size=n)
 
 
 def held(ref: NodeRef) -> NodeRef | MultipleResults[NodeRef]:
