@@ -250,6 +250,8 @@ class PlainRules(ConformanceMachine):
         if not self.has("capacity"):
             return ()
         pages = data.draw(up_to(int(self.sut.capacity) + 1), label="more pages")
+        if not pages:  # the explorers' representative draw: nothing more
+            return ()
         return tuple(data.draw(exactly(pages * self.page_size), label="more tokens"))
 
     def caller_indices(self, n: int) -> tuple[int, ...]:
