@@ -77,6 +77,9 @@ POOL_SEARCH = settings(SEARCH, max_examples=150, phases=[Phase.explicit, Phase.g
 """Without Hypothesis' shrinking, which dominates a search whose bug shows under many ids:
 the kit's own minimizer cuts every trace by replay."""
 POOL_PAIRS = list(itertools.combinations(sorted(block_pool.BUGS), 2))
+POOL_SEED = 1
+"""An explicit seed: a derandomized search draws from a digest of the test function, which
+differs where the kit is installed elsewhere (CI's wheel), so the same draws run everywhere."""
 
 
 def _pool_search(
@@ -91,6 +94,7 @@ def _pool_search(
         name=name,
         known=known,
         max_failures=max_failures,
+        seed=POOL_SEED,
     )
     return {failure.finding: failure.trace for failure in report.failures}
 
