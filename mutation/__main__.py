@@ -4,42 +4,27 @@ Each mutant is applied to a private copy of ``src/``, which is put first on PYTH
 while the machines run under the ``ci`` profile without shrinking. A mutant is *killed*
 when the run fails.
 Usage: ``python -m mutation [--suite ARGS] [--jobs N] [NAME ...]``.
+
+``--kit`` runs the conformance kit alone instead (mutation/kit.py): ``radixkv check`` of the
+caches each mutant's file touches, the ci draw and ``--seeds`` random seeds, with each
+mutant's kill rate: ``python -m mutation --kit [--seeds N] [--budget S] [NAME ...]``.
 """
 
 from __future__ import annotations
 
 import argparse
 import io
-import os
-import shutil
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from mutation import kit
+from mutation.copies import BASELINE, ROOT, apply, environment
 from mutation.mutants import MUTANTS, Mutant
-
-ROOT = Path(__file__).resolve().parent.parent
-
-
-BASELINE = Mutant("baseline", "src/radixkv/__init__.py", "", "")
-
-
-def apply(mutant: Mutant, workdir: Path) -> Path:
-    """Copy ``src/`` into ``workdir`` with the mutant's one change; return the new src."""
-    src = workdir / "src"
-    shutil.copytree(ROOT / "src", src, ignore=shutil.ignore_patterns("__pycache__"))
-    target = src / Path(mutant.path).relative_to("src")
-    text = target.read_text()
-    if mutant is BASELINE:
-        return src
-    found = text.count(mutant.old)
-    if found != 1:
-        raise SystemExit(f"mutant {mutant.name}: its text occurs {found} times in {mutant.path}")
-    target.write_text(text.replace(mutant.old, mutant.new))
-    return src
 
 
 def run(mutant: Mutant, suite: list[str] | None = None) -> tuple[Mutant, bool, float, str]:
@@ -50,22 +35,7 @@ def run(mutant: Mutant, suite: list[str] | None = None) -> tuple[Mutant, bool, f
     suite = suite or mutant.suite.split()
     with tempfile.TemporaryDirectory(prefix=f"mutant-{mutant.name}-") as tmp:
         src = apply(mutant, Path(tmp))
-        env = {
-            **os.environ,
-            # this checkout's spec and kit too, not whatever copy an environment installed
-            "PYTHONPATH": os.pathsep.join(map(str, (src, ROOT / "spec", ROOT / "stateful", ROOT))),
-            "HYPOTHESIS_PROFILE": "mutation",
-            # The mutants are of the Python reference; a compiled helper built in place
-            # (setup.py build_ext --inplace) would bypass the list-key path they change.
-            "RADIXKV_PURE": "1",
-        }
-        probe = [sys.executable, "-c", "import radixkv; print(radixkv.__file__)"]
-        where = subprocess.run(probe, env=env, capture_output=True, text=True)
-        if where.returncode:
-            error = where.stderr.strip().splitlines()[-1:]
-            raise SystemExit(f"mutant {mutant.name} does not even import: {error}")
-        if not where.stdout.startswith(str(src)):
-            raise SystemExit(f"the mutated copy is not the one imported: {where.stdout}")
+        env = environment(mutant, src)
         started = time.perf_counter()
         cmd = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *suite]
         proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
@@ -78,19 +48,103 @@ def run(mutant: Mutant, suite: list[str] | None = None) -> tuple[Mutant, bool, f
         )
 
 
-def main() -> int:
-    if isinstance(sys.stdout, io.TextIOWrapper):  # each mutant's line reaches a redirected log
-        sys.stdout.reconfigure(line_buffering=True)
+def positive(text: str) -> float:
+    """A number of seconds above zero (argparse's type for --budget and --timeout)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"expected seconds above zero, got {text}")
+    return value
+
+
+def count(text: str) -> int:
+    """A whole number, zero or more (argparse's type for --seeds)."""
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"expected a whole number, zero or more, got {text!r}")
+    return int(text)
+
+
+KIT_OPTIONS: dict[str, object] = {  # the kit-only mode's options, with their defaults
+    "seeds": 10,
+    "budget": kit.BUDGET,
+    "target": [],
+    "skip_blind": False,
+    "no_baseline": False,
+    "timeout": kit.TIMEOUT,
+}
+
+
+def parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m mutation", description=__doc__)
     parser.add_argument("names", nargs="*", help="run only these mutants")
     parser.add_argument("--suite", help="pytest arguments (default: each mutant's own suite)")
-    parser.add_argument("--jobs", type=int, default=2)
-    args = parser.parse_args()
+    parser.add_argument("--jobs", type=int, help="mutants at a time (default 2; --kit: 1)")
+    kit_mode = parser.add_argument_group("kit-only mode (mutation/kit.py)")
+    kit_mode.add_argument(
+        "--kit", action="store_true", help="run `radixkv check` alone, no example test"
+    )
+    kit_mode.add_argument(
+        "--seeds", type=count, default=10, help="draws past the ci one: seeds 1..N (default 10)"
+    )
+    kit_mode.add_argument(
+        "--budget",
+        type=positive,
+        default=kit.BUDGET,
+        help="`radixkv check --budget` of each run (default %(default)g)",
+    )
+    kit_mode.add_argument(
+        "--target",
+        action="append",
+        default=[],
+        metavar="MODULE:FACTORY",
+        help="check this cache instead of each mutant's own (repeatable)",
+    )
+    kit_mode.add_argument(
+        "--skip-blind", action="store_true", help="leave out the mutants marked kit_blind"
+    )
+    kit_mode.add_argument(
+        "--no-baseline", action="store_true", help="skip the unmutated ci draw of each cache"
+    )
+    kit_mode.add_argument(
+        "--timeout",
+        type=positive,
+        default=kit.TIMEOUT,
+        help="seconds after which a run is an error (default %(default)g)",
+    )
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    if isinstance(sys.stdout, io.TextIOWrapper):  # each mutant's line reaches a redirected log
+        sys.stdout.reconfigure(line_buffering=True)
+    args = parser().parse_args(argv)
+    unknown = sorted(set(args.names) - {m.name for m in MUTANTS})
+    if unknown:
+        parser().error(f"no such mutant: {', '.join(unknown)} (mutation/mutants.py)")
     chosen = [m for m in MUTANTS if not args.names or m.name in args.names]
+    if args.kit:
+        return kit.main(
+            chosen,
+            seeds=args.seeds,
+            budget=args.budget,
+            jobs=args.jobs or 1,
+            targets=args.target,
+            skip_blind=args.skip_blind,
+            check_baseline=not args.no_baseline,
+            timeout=args.timeout,
+        )
+    kit_only = [
+        f"--{o.replace('_', '-')}" for o in KIT_OPTIONS if getattr(args, o) != KIT_OPTIONS[o]
+    ]
+    if kit_only:
+        parser().error(f"{', '.join(kit_only)}: only with --kit")
     suite = args.suite.split() if args.suite else None
     suites = sorted({m.suite for m in chosen}) if suite is None else [" ".join(suite)]
+    jobs = args.jobs or 2
     survivors = []
-    with ThreadPoolExecutor(args.jobs) as pool:
+    with ThreadPoolExecutor(jobs) as pool:
         baselines = pool.map(lambda target: (target, run(BASELINE, target.split())), suites)
         for target, (_, failed, seconds, last) in baselines:
             print(f"baseline  {seconds:6.1f}s  {target}: {last}")

@@ -17,6 +17,23 @@ class Mutant(NamedTuple):
     old: str
     new: str
     suite: str = RADIX_MACHINE  # the pytest target that must catch it
+    # The kit-only mode (``python -m mutation --kit``, mutation/kit.py): the kit's caches
+    # (MODULE:FACTORY, as in radixkv_conformance.targets.OWN) that must catch it, when not
+    # those of its file (KIT_BY_PATH); and, for a bug no kit run can see, why not.
+    kit: tuple[str, ...] = ()
+    kit_blind: str = ""
+
+
+# The conformance kit's views of radixkv's caches (radixkv_conformance.targets.OWN).
+KIT_ADAPTERS = "radixkv_conformance.adapters"
+KIT_RADIX = f"{KIT_ADAPTERS}.radixkv:radix_cache"
+KIT_SWA = f"{KIT_ADAPTERS}.radixkv:sliding_window"
+KIT_MAMBA = f"{KIT_ADAPTERS}.radixkv:mamba"
+KIT_TRIE = f"{KIT_ADAPTERS}.max_trie:factory"
+KIT_CHUNK = f"{KIT_ADAPTERS}.chunk:factory"
+KIT_LFU, KIT_FIFO, KIT_MRU, KIT_PRIORITY = (
+    f"{KIT_ADAPTERS}.radixkv:policy_{policy}" for policy in ("lfu", "fifo", "mru", "priority")
+)
 
 
 CACHE = "src/radixkv/radix_cache.py"
@@ -34,8 +51,20 @@ LRU = "src/radixkv/parts/lru_list.py"
 MAMBA_MACHINE = "tests/machines/test_mamba_machine.py"
 EVENTS = "src/radixkv/events/__init__.py"
 TRIE = "src/radixkv/radix_trie.py"
+MAMBA_CACHE = "src/radixkv/mamba_radix_cache.py"
+CHUNK = "src/radixkv/chunk_cache.py"
 # The RadixTrie machine runs in the conformance tests (the kit's max_trie adapter).
 TRIE_TESTS = "tests/test_radix_trie.py tests/test_conformance.py"
+# Which kit caches exercise a file; a mutant's ``kit`` overrides it. eviction.py is absent:
+# each policy's code has its own cache, so its mutants name theirs. radixkv's allocator and
+# state pool are absent too: the kit's adapters hand the caches the kit's own host instead.
+KIT_BY_PATH: dict[str, tuple[str, ...]] = {
+    **dict.fromkeys((CACHE, TREE, KEYS, ARGS, HASHING, EVENTS), (KIT_RADIX,)),
+    SWA: (KIT_SWA,),
+    **dict.fromkeys((MAMBA, LRU, MAMBA_CACHE), (KIT_MAMBA,)),
+    TRIE: (KIT_TRIE,),
+    CHUNK: (KIT_CHUNK,),
+}
 
 MUTANTS: tuple[Mutant, ...] = (
     Mutant(
@@ -76,6 +105,8 @@ MUTANTS: tuple[Mutant, ...] = (
         "        return (self.last_access_time, self.id)",
         "        return (self.last_access_time, -self.id)",
         "tests/test_evict.py",
+        kit_blind="two leaves never share a tick of the per-cache clock, and the spec admits "
+        "any order among equal times: only an injected clock (tests/test_evict.py) ties them",
     ),
     Mutant(
         "evicts-locked-leaf",
@@ -182,6 +213,8 @@ MUTANTS: tuple[Mutant, ...] = (
         "    for at in range(start, len(view), _CHUNK):\n",
         "    for at in range(start, min(len(view), start + _CHUNK), _CHUNK):\n",
         "tests/test_keys.py",
+        kit_blind="needs a key handed over as a memoryview longer than one 32 KiB chunk "
+        "(4096 tokens); the kit's adapters pass short lists",
     ),
     Mutant(
         "short-value-accepted",
@@ -257,6 +290,7 @@ MUTANTS: tuple[Mutant, ...] = (
         # A Mamba node is born stateless and unlocked, so only SWA's and the trie's hooks
         # (tombstones, blocks) make a split without hooks visible.
         f"{SWA_MACHINE} tests/test_radix_trie.py",
+        kit=(KIT_SWA, KIT_TRIE),
     ),
     # RadixTrie, MAX's facade over the Tree: its example tests or its machine must catch these.
     Mutant(
@@ -279,6 +313,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "        self.evictable_size -= leaf.length - keep\n",
         "",
         TRIE_TESTS,
+        kit=(KIT_TRIE,),  # only the trie trims a leaf
     ),
     # Sliding-window attention: the SWA machine must catch these.
     Mutant(
@@ -405,6 +440,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "        branching = walk.matched if self._part.branches and walk.matched > prefix_len"
         " else None",
         MAMBA_MACHINE,
+        kit=(KIT_MAMBA,),
     ),
     Mutant(
         "mamba-tombstone-lock-accepted",
@@ -422,6 +458,8 @@ MUTANTS: tuple[Mutant, ...] = (
         "            if not node.children:",
         # The cache evicts leaves from the tree's heap; LRUList's own query is the seed's.
         "tests/test_lru_list.py",
+        kit_blind="no cache calls LRUList.get_lru_leaf_unlocked (the Mamba cache evicts "
+        "leaves from the tree's heap): only LRUList's own tests reach it",
     ),
     Mutant(
         "mamba-adopted-state-not-listed",
@@ -561,6 +599,7 @@ KIT_FAMILIES: tuple[Mutant, ...] = (
         "        return self.tree.add_leaf(parent, new, extra_key, value[live_from:end].clone())",
         "        return self.tree.add_leaf(parent, new, extra_key, value[live_from:end])",
         MAMBA_MACHINE,
+        kit=(KIT_MAMBA,),
     ),
     Mutant(
         "heap-rebuild-drops-a-leaf",
@@ -575,6 +614,7 @@ KIT_FAMILIES: tuple[Mutant, ...] = (
         "        self.evict(0, 1)\n",
         "        pass\n",
         MAMBA_EXAMPLES,
+        kit=(KIT_MAMBA,),
     ),
     Mutant(
         "cow-at-exhaustion-evicts-its-source",
@@ -583,6 +623,7 @@ KIT_FAMILIES: tuple[Mutant, ...] = (
         "        self.dec_lock_ref(keep)\n",
         "        self.evict(0, 1)\n",
         MAMBA_EXAMPLES,
+        kit=(KIT_MAMBA,),
     ),
     Mutant(
         "kv-pool-hands-out-one-index-too-many",
@@ -590,6 +631,8 @@ KIT_FAMILIES: tuple[Mutant, ...] = (
         "        if n > self._num_free:",
         "        if n > self._num_free + 1:",
         ALLOCATOR_EXAMPLES,
+        kit_blind="radixkv's KVIndexAllocator is outside the kit: its adapters give the caches "
+        "the kit's own host, which allocates and checks every index",
     ),
     Mutant(
         "state-pool-ignores-exhaustion",
@@ -597,6 +640,8 @@ KIT_FAMILIES: tuple[Mutant, ...] = (
         "        if not self._free:\n            return None",
         "        if not self._free:\n            return 0",
         MAMBA_EXAMPLES,
+        kit_blind="radixkv's MambaStatePool is outside the kit: its Mamba adapter gives the "
+        "cache the kit's own host, which hands out and checks every state slot",
     ),
 )
 
@@ -612,6 +657,7 @@ POLICY_FAMILY: tuple[Mutant, ...] = (
         "        return (node.hit_count, node.last_access_time, node.id)",
         "        return (0, node.last_access_time, node.id)",
         POLICY_TESTS,
+        kit=(KIT_LFU,),
     ),
     Mutant(
         "fifo-orders-by-node-id",
@@ -619,6 +665,7 @@ POLICY_FAMILY: tuple[Mutant, ...] = (
         "        return (node.birth, node.id)",
         "        return (node.id,)",
         POLICY_TESTS,
+        kit=(KIT_FIFO,),
     ),
     Mutant(
         "fifo-split-upper-gets-a-new-birth",
@@ -626,6 +673,7 @@ POLICY_FAMILY: tuple[Mutant, ...] = (
         "    upper.birth = node.birth  # the same insert added both halves (FIFO)\n",
         "",
         POLICY_TESTS,
+        kit=(KIT_FIFO,),
     ),
     Mutant(
         "mru-evicts-least-recent",
@@ -633,6 +681,7 @@ POLICY_FAMILY: tuple[Mutant, ...] = (
         "        return (-node.last_access_time, -node.id)",
         "        return (node.last_access_time, -node.id)",
         POLICY_TESTS,
+        kit=(KIT_MRU,),
     ),
     Mutant(
         "priority-ignored-by-insert",
@@ -641,6 +690,7 @@ POLICY_FAMILY: tuple[Mutant, ...] = (
         " the leaf\n",
         "",
         POLICY_TESTS,
+        kit=(KIT_PRIORITY,),
     ),
     Mutant(
         "priority-lowered-by-a-reinsert",
@@ -648,6 +698,7 @@ POLICY_FAMILY: tuple[Mutant, ...] = (
         "        node.priority = max(node.priority, priority)",
         "        node.priority = priority",
         POLICY_TESTS,
+        kit=(KIT_PRIORITY,),
     ),
     Mutant(
         "priority-of-new-nodes-left-at-zero",
@@ -655,6 +706,7 @@ POLICY_FAMILY: tuple[Mutant, ...] = (
         "        node.priority = priority\n        node = node.parent\n",
         "        node = node.parent\n",
         POLICY_TESTS,
+        kit=(KIT_PRIORITY,),
     ),
     Mutant(
         "priority-ties-broken-most-recent-first",
@@ -662,6 +714,7 @@ POLICY_FAMILY: tuple[Mutant, ...] = (
         "        return (node.priority, node.last_access_time, node.id)",
         "        return (node.priority, -node.last_access_time, node.id)",
         POLICY_TESTS,
+        kit=(KIT_PRIORITY,),
     ),
 )
 
