@@ -139,9 +139,17 @@ class Explorer:
             try:
                 return self.driver.copy(state)
             except Exception as error:  # e.g. a native object deepcopy refuses: replay instead
-                self.fork = self.report.fork = "rerun"
-                self.report.notes.append(f"copying a state failed ({error!r}): prefixes rerun")
+                self.fork = "rerun"
+                self.copy_failed(error)
+        return self.rebuild(state)
+
+    def rebuild(self, state: State) -> State:
         return self.driver.rebuild(state)
+
+    def copy_failed(self, error: Exception) -> None:
+        """Say in the report that states are rebuilt from here on, and why."""
+        self.report.fork = "rerun"
+        self.report.notes.append(f"copying a state failed ({error!r}): prefixes rerun")
 
     def children(self, state: State, initial: bool = False) -> Iterator[tuple[State, Call]]:
         """Every step from ``state``: each applicable rule with each combination of draws."""

@@ -506,14 +506,9 @@ class _Breadth(Explorer):
         self.deadline = float("inf")
         self.on_finding: Callable[[ShortestFinding], None] | None = None
 
-    def branch(self, state: State) -> State:
-        if self.fork == "copy":
-            try:
-                return self.driver.copy(state)
-            except Exception as error:  # e.g. a native object deepcopy refuses: replay instead
-                self.fork = self.states.fork = "rerun"
-                self.states.notes.append(f"copying a state failed ({error!r}): paths replayed")
-        return self.rebuild(state)
+    def copy_failed(self, error: Exception) -> None:
+        self.states.fork = "rerun"
+        self.states.notes.append(f"copying a state failed ({error!r}): paths replayed")
 
     def rebuild(self, state: State) -> State:
         """The state again, by replaying its shortest path on a fresh machine."""
