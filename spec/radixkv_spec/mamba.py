@@ -306,8 +306,8 @@ class MambaCacheModel:
         # INV-31: a leaf without a state could never be matched
         require(given is not None or prefix_len == len(key), "new pages need a mamba slot")
         adopted = values[prefix_len:]
-        require(not set(adopted) & self.cached_indices(), "an adopted index is cached")
-        require(len(set(adopted)) == len(adopted), "the same index is adopted twice")
+        require(not set(adopted) & self.cached_indices(), "INV-7: an adopted index is cached")
+        require(len(set(adopted)) == len(adopted), "INV-7: the same index is adopted twice")
         self.clock += 1
         for path in page_prefixes(key, self.page_size)[prefix_len // self.page_size :]:
             self.pages.setdefault(ns, {})[path] = values[len(path) - self.page_size : len(path)]

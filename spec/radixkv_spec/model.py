@@ -456,9 +456,9 @@ class PrefixCacheModel:
 
     def _require_fresh(self, adopted: tuple[int, ...]) -> None:
         # INV-7: an adopted index must have no other owner (the caller allocates fresh ones)
-        require(len(set(adopted)) == len(adopted), "the same index is adopted twice")
+        require(len(set(adopted)) == len(adopted), "INV-7: the same index is adopted twice")
         held = self._index_owners()
-        require(not any(i in held for i in adopted), "an adopted index is already cached")
+        require(not any(i in held for i in adopted), "INV-7: an adopted index is already cached")
 
     def _handle_position(
         self, extra_key: Namespace, prefix: Sequence[Token], obtained_at: int | None

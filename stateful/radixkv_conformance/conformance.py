@@ -36,6 +36,7 @@ from hypothesis.reporting import with_reporter
 from hypothesis.stateful import get_state_machine_test
 
 from radixkv_conformance.coverage import Coverage
+from radixkv_conformance.explore.driver import draws_independent_of_loaded_modules
 from radixkv_conformance.explore.sequences import ShortestFinding
 from radixkv_conformance.explore.states import Bounds, StatesReport, explore_states
 from radixkv_conformance.findings import Finding, flatten, invariant_id
@@ -378,7 +379,8 @@ def _search(
     if draw is not None:
         test = seed(draw)(test)
     try:
-        with with_reporter(lambda _: None):  # the report renders the traces instead
+        # the report renders the traces instead of Hypothesis' printout
+        with with_reporter(lambda _: None), draws_independent_of_loaded_modules():
             test()
     except Unsatisfiable:  # every run hit an acknowledged finding: nothing new to find
         machine.session.stats["searches that found only acknowledged findings"] += 1

@@ -1,8 +1,9 @@
 """Running one rule of a Hypothesis state machine on an explicit state: the one module of
-the explorers that knows Hypothesis' internals (``setup_state``, rule objects, bundles, a
-silent build context). ``Driver`` forks a state (deep copy, Hypothesis' own parts shared)
-or rebuilds it by replaying its path, lists the rules applicable to it, and calls one with
-the draws ``picks`` select (``Draws`` plays ``st.data()`` and rule arguments).
+the kit that knows Hypothesis' internals (``setup_state``, rule objects, bundles, a silent
+build context, the constants pool a search draws from). ``Driver`` forks a state (deep
+copy, Hypothesis' own parts shared) or rebuilds it by replaying its path, lists the rules
+applicable to it, and calls one with the draws ``picks`` select (``Draws`` plays
+``st.data()`` and rule arguments).
 """
 
 from __future__ import annotations
@@ -15,7 +16,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from hypothesis.control import BuildContext
+from hypothesis.internal.conjecture import providers
 from hypothesis.internal.conjecture.data import ConjectureData
+from hypothesis.internal.constants_ast import Constants
 from hypothesis.stateful import Bundle, MultipleResults, RuleBasedStateMachine
 
 if TYPE_CHECKING:
@@ -330,3 +333,23 @@ def quiet_build_context() -> BuildContext:
     """Rules may call ``hypothesis.note``, which needs a test context: a silent one."""
     data = ConjectureData.for_choices(())
     return BuildContext(data, wrapped_test=lambda: None)
+
+
+@contextmanager
+def draws_independent_of_loaded_modules() -> Iterator[None]:
+    """Within this block a seeded search draws the same everywhere.
+
+    Hypothesis mixes into its draws the literals of every "local" module loaded so far (not
+    in site-packages, not a test file): which modules those are depends on how the kit was
+    installed (editable or a wheel), on the caller's own modules and on what earlier tests
+    imported, so the same seed found a bug on one machine and missed it on another. The
+    kit's strategies say what to draw; no module's literals are a better guess for a cache.
+    """
+    loaded = providers._get_local_constants
+    providers._get_local_constants = Constants  # an empty pool, whatever is loaded
+    providers.CONSTANTS_CACHE.cache.clear()  # pools cached with the loaded modules' literals
+    try:
+        yield
+    finally:
+        providers._get_local_constants = loaded
+        providers.CONSTANTS_CACHE.cache.clear()
