@@ -52,11 +52,30 @@ def test_rules_left_out_are_never_run() -> None:
 
 
 def test_a_budget_ends_the_exploration_and_says_how_deep_it_got() -> None:
-    report = explore_states(_machine(page_trie.factory), TREE, budget=1.5)
+    no_floor = dataclasses.replace(TREE, floor=0)
+    report = explore_states(_machine(page_trie.factory), no_floor, budget=1.5)
     assert report.budget_spent and not report.fixpoint
     assert report.seconds < 15  # one transition past the deadline at most, not a level
     assert report.by_depth[report.complete] > 0  # the last complete level has states
     assert f"every state within {report.complete} steps expanded" in report.render()
+
+
+def test_the_floor_is_explored_whole_whatever_the_budget() -> None:
+    """What the first levels reach does not depend on the machine's speed: a budget spent
+    long before they end still lets them end (a loaded CI machine once missed a situation
+    within four steps that a quiet one reached)."""
+    one_namespace = dataclasses.replace(TREE, namespaces=1, floor=3)
+    report = explore_states(_machine(page_trie.factory), one_namespace, budget=0.001)
+    assert report.budget_spent and report.complete == 3
+    whole = explore_states(_machine(page_trie.factory), dataclasses.replace(one_namespace, depth=3))
+    assert report.by_depth[3] == whole.by_depth[3] > 0  # every state of level 3 was reached
+    assert parse_bounds("floor=3,namespaces=1", TREE) == one_namespace
+
+
+def test_the_wide_stage_has_a_lower_floor() -> None:
+    narrow, wide = TREE.stages()
+    assert (narrow.namespaces, narrow.floor) == (1, 4)
+    assert (wide.namespaces, wide.floor) == (2, 3)  # an eviction across two takes 3 steps
 
 
 def test_each_finding_is_handed_over_when_found_and_shortest() -> None:
