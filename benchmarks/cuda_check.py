@@ -13,7 +13,7 @@ replay that finishes is the proof that none does. Times are the host side of eac
 It prints the figures and the wall time (it should finish in well under 5 minutes).
 
 Without a CUDA device it says so and exits 0, having checked nothing; ``--device cpu``
-runs the replay part on the CPU instead (tests/test_cuda_check.py does, with few requests).
+runs the replay part on the CPU instead (tests/driver/test_cuda_check.py does, with few requests).
 """
 
 from __future__ import annotations

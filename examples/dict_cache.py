@@ -2,7 +2,7 @@
 
 It needs the kit alone (``pip install ./kit``), no torch. From the repository's root::
 
-    radixkv check examples.dict_cache:factory --budget 20 --incomplete-ok
+    radixkv check examples.dict_cache:factory --budget 20   # held: exit 0
     radixkv check examples.dict_cache:factory --option bug=1   # evict takes a locked page
 
 ``DictCache`` stands for your engine's cache: a dict of pages keyed by (namespace, the tokens

@@ -293,7 +293,7 @@ def main(
     if skip_blind:
         planned = [(m, t) for m, t in planned if not m.kit_blind]
     unmapped = [m.name for m, t in planned if not t and not m.kit_blind]
-    if unmapped:  # tests/test_mutation_kit.py keeps this from happening
+    if unmapped:  # tests/kit/test_mutation_kit.py keeps this from happening
         print(f"no kit cache, no kit_blind reason (mutation/mutants.py): {', '.join(unmapped)}")
         return 2
     drawn = f"the ci draw and seeds 1-{seeds}" if seeds else "the ci draw"

@@ -45,7 +45,9 @@ SWA = "src/radixkv/parts/swa.py"
 SWA_MACHINE = "tests/machines/test_swa_machine.py"
 # Two SWA bugs need a locked node under (or over) a tombstone: the thorough machine finds
 # them (1.5 and 5.5 minutes), the ci one does not; in CI the SWA example tests catch them.
-SWA_MACHINE_AND_EXAMPLES = f"{SWA_MACHINE} tests/test_swa_insert.py tests/test_swa_locks_evict.py"
+SWA_MACHINE_AND_EXAMPLES = (
+    f"{SWA_MACHINE} tests/cache/test_swa_insert.py tests/cache/test_swa_locks_evict.py"
+)
 MAMBA = "src/radixkv/parts/mamba.py"
 LRU = "src/radixkv/parts/lru_list.py"
 MAMBA_MACHINE = "tests/machines/test_mamba_machine.py"
@@ -54,7 +56,7 @@ TRIE = "src/radixkv/radix_trie.py"
 MAMBA_CACHE = "src/radixkv/mamba_radix_cache.py"
 CHUNK = "src/radixkv/chunk_cache.py"
 # The RadixTrie machine runs in the conformance tests (the kit's max_trie adapter).
-TRIE_TESTS = "tests/test_radix_trie.py tests/test_conformance.py"
+TRIE_TESTS = "tests/cache/test_radix_trie.py tests/kit/test_conformance.py"
 # Which kit caches exercise a file; a mutant's ``kit`` overrides it. eviction.py is absent:
 # each policy's code has its own cache, so its mutants name theirs. radixkv's allocator and
 # state pool are absent too: the kit's adapters hand the caches the kit's own host instead.
@@ -104,9 +106,9 @@ MUTANTS: tuple[Mutant, ...] = (
         TREE,
         "        return (self.last_access_time, self.id)",
         "        return (self.last_access_time, -self.id)",
-        "tests/test_evict.py",
+        "tests/cache/test_evict.py",
         kit_blind="two leaves never share a tick of the per-cache clock, and the spec admits "
-        "any order among equal times: only an injected clock (tests/test_evict.py) ties them",
+        "any order among equal times: only an injected clock (tests/cache/test_evict.py) ties them",
     ),
     Mutant(
         "evicts-locked-leaf",
@@ -179,7 +181,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "        while result.full_evicted <= num_tokens:\n            leaf = self.tree.lru_leaf()",
         # Half the machine's evictions now take everything (EVICT_ALL, for locked victims), so
         # the ci run seldom stops exactly at a target: the eviction tests pin the overshoot.
-        f"{RADIX_MACHINE} tests/test_evict.py",
+        f"{RADIX_MACHINE} tests/cache/test_evict.py",
     ),
     Mutant(
         "match-does-not-refresh-recency",
@@ -187,7 +189,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "next queues the leaf\n        self.tree.touch(node)\n",
         "next queues the leaf\n",
         # The ci machine no longer finds this one (on 7f00910 either): the recency tests do.
-        f"{RADIX_MACHINE} tests/test_evict.py",
+        f"{RADIX_MACHINE} tests/cache/test_evict.py",
     ),
     Mutant(
         "reset-does-not-free",
@@ -212,7 +214,7 @@ MUTANTS: tuple[Mutant, ...] = (
         KEYS,
         "    for at in range(start, len(view), _CHUNK):\n",
         "    for at in range(start, min(len(view), start + _CHUNK), _CHUNK):\n",
-        "tests/test_keys.py",
+        "tests/keys/test_keys.py",
         kit_blind="needs a key handed over as a memoryview longer than one 32 KiB chunk "
         "(4096 tokens); the kit's adapters pass short lists",
     ),
@@ -274,7 +276,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "            if leaf in self.leaves:",
         # A stale entry of a since-touched leaf: the ci machine rarely evicts right after a
         # touch that reorders two leaves; the LRU example tests do.
-        "tests/test_evict.py",
+        "tests/cache/test_evict.py",
     ),
     Mutant(
         "tree-clear-keeps-sizes",
@@ -289,7 +291,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "",
         # A Mamba node is born stateless and unlocked, so only SWA's and the trie's hooks
         # (tombstones, blocks) make a split without hooks visible.
-        f"{SWA_MACHINE} tests/test_radix_trie.py",
+        f"{SWA_MACHINE} tests/cache/test_radix_trie.py",
         kit=(KIT_SWA, KIT_TRIE),
     ),
     # RadixTrie, MAX's facade over the Tree: its example tests or its machine must catch these.
@@ -449,7 +451,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "        if node.mamba_value is False:\n            raise LockError",
         # Since Mamba never splits on a match, the ci machine seldom holds a handle on a
         # node without a state; the example test locks one directly.
-        f"{MAMBA_MACHINE} tests/test_mamba_cache.py",
+        f"{MAMBA_MACHINE} tests/cache/test_mamba_cache.py",
     ),
     Mutant(
         "mamba-lru-leaf-ignores-lock",
@@ -457,7 +459,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "            if not node.children and self._lock(node) == 0:",
         "            if not node.children:",
         # The cache evicts leaves from the tree's heap; LRUList's own query is the seed's.
-        "tests/test_lru_list.py",
+        "tests/cache/test_lru_list.py",
         kit_blind="no cache calls LRUList.get_lru_leaf_unlocked (the Mamba cache evicts "
         "leaves from the tree's heap): only LRUList's own tests reach it",
     ),
@@ -576,8 +578,11 @@ MUTANTS: tuple[Mutant, ...] = (
 # direct checks of copy-on-write with a full state pool and of the pools' bounds.
 ALLOCATOR = "src/radixkv/pools/allocator.py"
 STATE_POOL = "src/radixkv/pools/mamba_pool.py"
-MAMBA_EXAMPLES = "tests/test_mamba_cache.py tests/test_pools.py tests/test_mamba_cow_exhaustion.py"
-ALLOCATOR_EXAMPLES = "tests/test_allocator.py"
+MAMBA_EXAMPLES = (
+    "tests/cache/test_mamba_cache.py tests/cache/test_pools.py"
+    " tests/cache/test_mamba_cow_exhaustion.py"
+)
+ALLOCATOR_EXAMPLES = "tests/cache/test_allocator.py"
 
 KIT_FAMILIES: tuple[Mutant, ...] = (
     Mutant(
@@ -606,7 +611,7 @@ KIT_FAMILIES: tuple[Mutant, ...] = (
         TREE,
         "            heap[:] = [(order(n), n) for n in leaves]",
         "            heap[:] = [(order(n), n) for n in list(leaves)[1:]]",
-        "tests/test_eviction_policies.py",  # machines' trees stay under the rebuild threshold
+        "tests/cache/test_eviction_policies.py",  # machines' trees stay under the rebuild threshold
     ),
     Mutant(
         "cow-at-exhaustion-makes-no-room",
@@ -646,7 +651,7 @@ KIT_FAMILIES: tuple[Mutant, ...] = (
 )
 
 EVICTION = "src/radixkv/eviction.py"
-POLICY_TESTS = "tests/test_eviction_policies.py tests/test_policy_profiles.py"
+POLICY_TESTS = "tests/cache/test_eviction_policies.py tests/kit/test_policy_profiles.py"
 # (A match may count its hits before or after the touch: the heap reads a leaf's key when an
 # eviction takes the queued leaves in, so the mutant that swapped the two is no bug now.)
 # Eviction policies (SPEC.md §6a): one bug per policy, and the lazy heap under a changing key.

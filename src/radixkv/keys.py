@@ -49,14 +49,14 @@ are packed. The sign test runs in C on any buffer (``no_negative_ids``: a view o
 caller's array is not copied). A list the check refuses (an odd id, a bad one, a bigram) is
 read again by the reference path above, which decides and raises, and walked again; the
 helpers never raise a usage error themselves, so both paths behave the same, errors
-included (tests/test_native_keys.py compares them).
+included (tests/keys/test_native_keys.py compares them).
 
 **A limited key** (``RadixKey(token_ids, limit=n)``) is ``token_ids[:n]`` on every path,
 read without a copy of the caller's sequence: a list or tuple stays in place (``ListKey``
 of ``n`` tokens, whose ids the helpers check only up to ``n``), an array or memoryview is a
 shorter view, a tensor a shorter view before its one copy, and the pure path packs only the
 first ``n`` ids. Ids after the limit are never read, so a bad one there is no error
-(tests/test_key_limit.py compares every call with the one on the sliced key).
+(tests/keys/test_key_limit.py compares every call with the one on the sliced key).
 """
 
 from __future__ import annotations

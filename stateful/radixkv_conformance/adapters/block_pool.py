@@ -21,7 +21,7 @@ adapter raises ``NoRoom`` (capability ``capacity``). Block ``b`` holds the KV in
 Options (``--option KEY=VALUE``): ``blocks`` (the pool's size, default 4: small enough that
 a short run fills it, refuses and evicts to make room), ``bugs``. Without bugs it conforms to
 ``PROFILE``; each bug alone is found, and every pair is reported apart
-(``tests/test_no_false_pass.py``, ``tests/test_block_pool.py``).
+(``tests/kit/test_no_false_pass.py``, ``tests/kit/test_block_pool.py``).
 """
 
 from __future__ import annotations

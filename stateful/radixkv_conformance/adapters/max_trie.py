@@ -8,7 +8,7 @@ blocks go to the sink one page at a time, in the order ``evict_blocks`` returns 
 The trie takes any hashable token (MAX's API: its callers may key it by words); the
 adapter plays a MAX engine, whose tokens are its tokenizer's ids, so it checks every key
 against radixkv's token-id rules before the trie sees it: a token the kit calls bad is
-refused by the adapter, as the caller, not by the trie. (tests/test_radix_trie.py checks
+refused by the adapter, as the caller, not by the trie. (tests/cache/test_radix_trie.py checks
 what the trie itself accepts and refuses.)
 """
 

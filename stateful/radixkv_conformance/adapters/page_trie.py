@@ -7,7 +7,7 @@ as the next candidate. It knows nothing of radixkv. ``bugs`` plants any of ``BUG
 
     radixkv check radixkv_conformance.adapters.page_trie:factory --option bugs=cascade_locked
 
-Without bugs it conforms to radixkv's profile (``tests/test_no_false_pass.py``).
+Without bugs it conforms to radixkv's profile (``tests/kit/test_no_false_pass.py``).
 """
 
 from __future__ import annotations

@@ -35,7 +35,7 @@ nobody holds (``ref_cnt`` goes to -1, the block stays in the free queue); both a
 (``tests/vectors/vllm_direct_*.json``). ``bad_input`` also covers tokens and extra keys,
 which vLLM checks before its cache (its renderer's ``validate_token_ids``; ``cache_salt`` is
 typed ``str``), not in it, and values shorter than their key, where vLLM takes no values at
-all: a search with ``direct=1`` reports those five too (``tests/test_vllm_adapter.py``)::
+all: a search with ``direct=1`` reports those five too (``tests/peers/test_vllm_adapter.py``)::
 
     radixkv check radixkv_conformance.adapters.vllm:factory --option direct=1
 

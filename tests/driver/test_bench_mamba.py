@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
-SCRIPT = Path(__file__).resolve().parent.parent / "benchmarks" / "bench_mamba.py"
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_mamba.py"
 
 
 def load() -> ModuleType:

@@ -1,6 +1,6 @@
 """KV events over ZeroMQ on loopback, to a subscriber in another process.
 
-The subscriber (``tests/event_subscriber.py``) imports neither radixkv nor its spec: it
+The subscriber (``tests/events/event_subscriber.py``) imports neither radixkv nor its spec: it
 decodes with its own schema and recomputes every hash with hashlib. The cache here serves a
 seeded trace on a small pool — so it evicts — and resets twice; after every batch the
 subscriber's page set must be exactly the cache's.
@@ -31,13 +31,13 @@ pytest.importorskip("msgspec")
 from radixkv.events.publisher import ZmqEventPublisher, parse_seq  # noqa: E402  # needs zmq
 from radixkv.events.wire import decode_batch  # noqa: E402  # needs msgspec
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def start_subscriber(endpoint: str) -> subprocess.Popen[str]:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tests.event_subscriber", endpoint],
+        [sys.executable, "-m", "tests.events.event_subscriber", endpoint],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,

@@ -1,6 +1,6 @@
 """A KV-event subscriber written from the wire format alone, run as its own process.
 
-``python -m tests.event_subscriber ENDPOINT`` connects a SUB socket to ENDPOINT, prints
+``python -m tests.events.event_subscriber ENDPOINT`` connects a SUB socket to ENDPOINT, prints
 ``ready``, and then decodes every batch with its own msgspec schema — vLLM 0.33's batch
 ``[ts, events, data_parallel_rank]`` and its records as maps tagged ``type`` (its required
 fields, the namespace as ``cache_salt`` as Dynamo reads it) — and rebuilds the worker's page

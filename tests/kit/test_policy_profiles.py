@@ -27,7 +27,7 @@ from radixkv_spec.policies import (
 )
 from radixkv_spec.swa import SlidingWindowModel
 
-from .helpers import play_five_leaves
+from tests.helpers import play_five_leaves
 
 ORDERS = {
     "lru": LRU_LEAVES,
@@ -36,7 +36,7 @@ ORDERS = {
     "mru": MRU_LEAVES,
     "priority": PRIORITY_LEAVES,
 }
-# The example of tests/test_eviction_policies.py, on the model: five two-page leaves, each
+# The example of tests/cache/test_eviction_policies.py, on the model: five two-page leaves, each
 # policy's first victim a different one.
 A, B, C, D, E = (1, 11), (2, 12), (3, 13), (4, 14), (5, 15)
 FIRST_VICTIM = {"lru": C, "lfu": D, "fifo": A, "mru": B, "priority": E}

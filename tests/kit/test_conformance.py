@@ -36,7 +36,7 @@ NO_SHRINK = settings(QUICK, phases=[Phase.explicit, Phase.generate])  # finding,
 SHRINK = settings(QUICK, max_examples=20, stateful_step_count=10)
 BOTH_BUGS = ("INV-14:unmatched-unlock", "INV-11:evict-reported-counts")
 PROFILE = RADIXKV.but(name="defined-in-this-module")  # not a built-in profile
-module_factory = broken.two_bugs  # `radixkv check tests.test_conformance:module_factory`
+module_factory = broken.two_bugs  # `radixkv check tests.kit.test_conformance:module_factory`
 
 
 def test_radix_trie_conforms_under_the_max_profile() -> None:
@@ -173,7 +173,7 @@ def test_a_profile_defined_in_the_module_works_in_every_cli_mode(
 
 
 def test_cli_replays_a_vector_against_radixkv() -> None:
-    vector = Path(__file__).parent / "vectors" / "broken_forgets_free.json"
+    vector = Path(__file__).resolve().parents[1] / "vectors" / "broken_forgets_free.json"
     assert main(["check", "--replay", str(vector)]) == 0
     assert (
         main(["check", "--replay", str(vector), "radixkv_conformance.adapters.broken:factory"]) == 1

@@ -21,8 +21,7 @@ from radixkv import (
     UsageError,
 )
 from radixkv.eviction import LRU, Ranked, SortKey
-
-from .helpers import play_five_leaves, snapshot
+from tests.helpers import play_five_leaves, snapshot
 
 # Five two-token leaves under the root, built so that each policy evicts a different one:
 #   A  inserted first (FIFO's), matched twice;   C  matched once, then never (LRU's)

@@ -64,7 +64,12 @@ def test_a_shape_passes_under_its_profile_and_only_there(
     assert own.stats["evicted tokens"] > 0
     if profile.allocation == "cache":
         assert own.stats["tokens evicted to make room"] > 0
-    other = run_conformance(factory, profile=RADIXKV, settings=SEARCH, name=f"{profile.name}-rk")
+    # Under radixkv's profile a vLLM-shaped cache breaks twenty rules (it owns allocation):
+    # the draw is the same on every machine, so its first twelve findings are the same ones,
+    # and minimizing the other eight took 50 s more.
+    other = run_conformance(
+        factory, profile=RADIXKV, settings=SEARCH, name=f"{profile.name}-rk", max_failures=12
+    )
     assert under_radixkv <= {failure.finding for failure in other.failures}
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-SCRIPT = Path(__file__).resolve().parent.parent / "benchmarks" / "cuda_check.py"
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "cuda_check.py"
 
 
 def run(*args: str) -> subprocess.CompletedProcess[str]:

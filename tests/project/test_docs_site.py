@@ -14,7 +14,7 @@ from types import ModuleType
 import pytest
 from hypothesis import settings
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
 LINK = re.compile(r"(?<!!)\[[^\]\n]+\]\(([^)\s]+)\)")
 FIGURE = re.compile(r"^\[[^\]\n]+\]\(((?:\.\./)*figures/[\w-]+\.md)\)$", re.MULTILINE)

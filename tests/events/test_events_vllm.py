@@ -2,7 +2,7 @@
 
     pip download --no-deps 'vllm==0.33.*' -d /tmp/vllm
     VLLM_SRC=/tmp/vllm/vllm-0.33.0-cp38-abi3-manylinux_2_28_x86_64.whl \\
-        pytest tests/test_events_vllm.py
+        pytest tests/events/test_events_vllm.py
 
 The wheel (336 MB, or a folder holding its ``vllm/``) is read in place: only
 ``vllm/distributed/kv_events.py`` is imported, under bare parent packages, with stand-ins for

@@ -112,7 +112,7 @@ def test_sglang_and_then_its_rust_core_replay_in_one_process() -> None:
     what an earlier test loaded must not decide it."""
     done = subprocess.run(
         [sys.executable, "-c", BOTH_SGLANG_TREES],
-        cwd=Path(__file__).resolve().parent.parent,
+        cwd=Path(__file__).resolve().parents[2],
         capture_output=True,
         text=True,
         timeout=300,

@@ -15,7 +15,7 @@ from radixkv_conformance.profile import PROFILES, RADIXKV, Profile
 from radixkv_conformance.replay import replay
 from radixkv_conformance.trace import load
 
-VECTORS = sorted((Path(__file__).parent / "vectors").glob("*.json"))
+VECTORS = sorted((Path(__file__).resolve().parents[1] / "vectors").glob("*.json"))
 CASES = [
     pytest.param(path, target, outcome, id=f"{path.stem}@{target.rsplit('.', 1)[-1]}")
     for path in VECTORS

@@ -25,7 +25,7 @@ from radixkv.events import (
     to_wire,
 )
 from radixkv.hashing import chain_page_hashes
-from tests.test_events import Position, tree_positions
+from tests.events.test_events import Position, tree_positions
 
 zmq = pytest.importorskip("zmq")
 msgspec = pytest.importorskip("msgspec")
@@ -246,7 +246,7 @@ def test_the_example_batch_in_spec_md_is_what_is_sent() -> None:
     import json
     from pathlib import Path
 
-    spec = (Path(__file__).resolve().parent.parent / "SPEC.md").read_text()
+    spec = (Path(__file__).resolve().parents[2] / "SPEC.md").read_text()
     example = spec.split("[1764201600.25,", 1)[1].split("```", 1)[0]
     recorder = EventRecorder(clock=lambda: 1764201600.25)
     cache = RadixCache(2, event_listener=recorder)

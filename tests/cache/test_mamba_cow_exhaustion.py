@@ -12,8 +12,7 @@ from __future__ import annotations
 import pytest
 
 from radixkv import RadixKey, TokenTypeError
-
-from .mamba_helpers import make_mamba, node_tokens
+from tests.mamba_helpers import make_mamba, node_tokens
 
 WAITING = [[1, 2, 9], [3, 4, 9], [1, 2], [5, 6], [3, 4]]
 

@@ -1,0 +1,2 @@
+"""The explorers: every operation sequence (--exhaustive) and every state within bounds
+(--states, the default check's tree exploration)."""

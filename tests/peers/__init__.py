@@ -1,0 +1,2 @@
+"""Other engines: their vectors (tests/vectors/), their findings replayed, their adapters'
+loaders."""
