@@ -20,6 +20,7 @@ from radixkv.driver.sweep import (
     cache_sweep,
     draw_sweep,
     plot_sweep,
+    ratio_ranges,
     speed_ratios,
     sweep_table,
     sweep_title,
@@ -50,6 +51,37 @@ def test_sweep_numbers_go_to_stdout(capsys: pytest.CaptureFixture[str]) -> None:
     assert [pool for pool, _ in sweep.hit_rate] == [4 * 64, 8 * 64]
     assert [length for length, _ in sweep.speed] == [32, 64]
     assert out.count("hit rate") == 2 and out.count("req/s") == 2
+
+
+def test_each_speed_point_is_the_median_of_its_runs_with_their_spread(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    sweep = cache_sweep("radixkv", TINY, pool_prompts=(4,), prompt_lens=(32, 64), repeats=3)
+    assert [length for length, *_ in sweep.spread] == [32, 64]
+    for (_, median), (_, low, high) in zip(sweep.speed, sweep.spread, strict=True):
+        assert 0 < low <= median <= high
+    assert capsys.readouterr().out.count("of 3)") == 2
+    with pytest.raises(ValueError, match="repeats must be at least 1"):
+        cache_sweep("radixkv", TINY, pool_prompts=(4,), prompt_lens=(32,), repeats=0)
+
+
+def test_the_ratio_range_is_what_the_runs_allow() -> None:
+    spread = [
+        CacheSweep("radixkv", [], [(256, 3000.0)], [(256, 2400.0, 3600.0)]),
+        CacheSweep("sglang", [], [(256, 2000.0)], [(256, 1600.0, 2400.0)]),
+    ]
+    assert ratio_ranges(spread) == {"sglang": [(256, 1.0, 2.25)]}  # 2400/2400, 3600/1600
+    assert sweep_table(spread).splitlines()[2] == (
+        "| 256 | 3,000 (2,400 to 3,600) | 2,000 (1,600 to 2,400) | 1.50x (1.00 to 2.25) |"
+    )
+    assert ratio_ranges(MADE_UP) == {}  # single runs: no range to draw
+
+
+def test_replay_refuses_zero_repeats(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as done:
+        main(["replay", "--plot", "x.png", "--repeats", "0"])
+    assert done.value.code == 2
+    assert "expected a whole number, 1 or more" in capsys.readouterr().err
 
 
 def test_the_ratio_is_the_first_caches_speed_over_each_peers() -> None:

@@ -209,6 +209,21 @@ def add_parser(commands: Any) -> None:
         help="a cache to sweep beside --cache for --plot: a name above or MODULE:FACTORY "
         "(repeatable)",
     )
+    cmd.add_argument(
+        "--repeats",
+        type=_at_least_one,
+        default=3,
+        metavar="N",
+        help="runs of each speed point of --plot: the median is drawn, and a band from the "
+        "slowest to the fastest run (default: %(default)s)",
+    )
+
+
+def _at_least_one(text: str) -> int:
+    """argparse's type for --repeats: a whole number, 1 or more."""
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number, 1 or more, got {text!r}")
+    return int(text)
 
 
 def resolve_cache(name: str) -> str:
@@ -286,7 +301,8 @@ def command(args: argparse.Namespace) -> int:
     if args.plot:
         caches = [args.cache, *peers]
         sweeps = [
-            cache_sweep(name, cfg, page_size=args.page_size, batch=args.batch) for name in caches
+            cache_sweep(name, cfg, page_size=args.page_size, batch=args.batch, repeats=args.repeats)
+            for name in caches
         ]
         print(sweep_table(sweeps))
         plot_sweep(sweeps, Path(args.plot), cfg, args.page_size, args.batch)

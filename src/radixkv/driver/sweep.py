@@ -2,11 +2,13 @@
 (``--policy-plot``), and several caches on the same axes — hit rate against pool size,
 requests/s against prompt length, the first cache's speed ratio to each other one
 (``--plot``). A PNG with matplotlib, else the same data as CSV. Every measured point is
-printed on stdout."""
+printed on stdout. Speed is measured ``repeats`` times per point: the median is drawn, and
+the band around it is the slowest and fastest run, so that noise is not read as signal."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import statistics
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -113,11 +115,13 @@ SPEED_POOL_PROMPTS = 48
 
 @dataclass
 class CacheSweep:
-    """One cache over one trace: its hit rate per pool size, its speed per prompt length."""
+    """One cache over one trace: its hit rate per pool size, its speed per prompt length
+    (the median of its runs, and in ``spread`` the slowest and the fastest)."""
 
     cache: str
-    hit_rate: list[tuple[int, float]]  # (pool tokens, hit rate)
-    speed: list[tuple[int, float]]  # (prompt length, requests/s)
+    hit_rate: list[tuple[int, float]]  # (pool tokens, hit rate): the same on every run
+    speed: list[tuple[int, float]]  # (prompt length, median requests/s)
+    spread: list[tuple[int, float, float]] = field(default_factory=list)  # (length, min, max)
 
 
 def cache_sweep(
@@ -128,9 +132,13 @@ def cache_sweep(
     batch: int = 8,
     pool_prompts: tuple[int, ...] = POOL_PROMPTS,
     prompt_lens: tuple[int, ...] = PROMPT_LENS,
+    repeats: int = 3,
 ) -> CacheSweep:
     """Replay ``cfg``'s trace at every pool size, then its variants at every prompt length
-    (same seed and request count); each point is printed as it is measured."""
+    (same seed and request count) ``repeats`` times each; each point is printed as it is
+    measured."""
+    if repeats < 1:
+        raise ValueError(f"repeats must be at least 1, got {repeats}")
     sweep = CacheSweep(cache_name, [], [])
     for prompts in pool_prompts:
         pool = prompts * cfg.prompt_len
@@ -140,12 +148,18 @@ def cache_sweep(
     for length in prompt_lens:
         sized = WorkloadConfig(seed=cfg.seed, requests=cfg.requests, prompt_len=length)
         pool = SPEED_POOL_PROMPTS * length
-        report = replay(
-            cache_name, generate(sized), page_size=page_size, pool_size=pool, batch=batch
-        )
-        sweep.speed.append((length, report.requests_per_s))
+        runs = [  # the same seeded trace each run (a trace is consumed as it is replayed)
+            replay(cache_name, generate(sized), page_size=page_size, pool_size=pool, batch=batch)
+            for _ in range(repeats)
+        ]
+        speeds = [run.requests_per_s for run in runs]
+        median = statistics.median(speeds)
+        sweep.speed.append((length, median))
+        sweep.spread.append((length, min(speeds), max(speeds)))
         print(
-            f"  {cache_name:>12} prompt {length:>6}: {report.requests_per_s:,.0f} req/s", flush=True
+            f"  {cache_name:>12} prompt {length:>6}: {median:,.0f} req/s "
+            f"(min {min(speeds):,.0f}, max {max(speeds):,.0f} of {repeats})",
+            flush=True,
         )
     return sweep
 
@@ -162,16 +176,44 @@ def speed_ratios(sweeps: list[CacheSweep]) -> dict[str, list[tuple[int, float]]]
     }
 
 
+def ratio_ranges(sweeps: list[CacheSweep]) -> dict[str, list[tuple[int, float, float]]]:
+    """How far each ratio of ``speed_ratios`` can move within the runs' spread: the first
+    cache's slowest run over the peer's fastest, and its fastest over the peer's slowest."""
+    first, *peers = sweeps
+    return {
+        peer.cache: [
+            (x, low / their_high, high / their_low)
+            for (x, low, high), (_, their_low, their_high) in zip(
+                first.spread, peer.spread, strict=True
+            )
+        ]
+        for peer in peers
+        if first.spread and peer.spread
+    }
+
+
 def sweep_table(sweeps: list[CacheSweep]) -> str:
-    """Markdown: requests/s per prompt length per cache, and the first cache's ratio to each."""
-    ratios = speed_ratios(sweeps)
+    """Markdown: median requests/s per prompt length per cache (with the slowest and fastest
+    run), and the first cache's ratio to each (with the range the runs allow)."""
+    ratios, ranges = speed_ratios(sweeps), ratio_ranges(sweeps)
     head = [s.cache for s in sweeps] + [f"{sweeps[0].cache} ÷ {peer}" for peer in ratios]
     lines = ["| prompt | " + " | ".join(head) + " |", "|---:|" + "---:|" * len(head)]
     for row, (length, _) in enumerate(sweeps[0].speed):
-        cells = [f"{s.speed[row][1]:,.0f}" for s in sweeps]
-        cells += [f"{points[row][1]:.2f}x" for points in ratios.values()]
+        cells = [_speed_cell(s, row) for s in sweeps]
+        for peer, points in ratios.items():
+            around = ranges.get(peer)
+            span = f" ({around[row][1]:.2f} to {around[row][2]:.2f})" if around else ""
+            cells.append(f"{points[row][1]:.2f}x{span}")
         lines.append(f"| {length:,} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def _speed_cell(sweep: CacheSweep, row: int) -> str:
+    median = f"{sweep.speed[row][1]:,.0f}"
+    if not sweep.spread:
+        return median
+    _, low, high = sweep.spread[row]
+    return f"{median} ({low:,.0f} to {high:,.0f})"
 
 
 def sweep_title(cfg: WorkloadConfig, page_size: int, batch: int, caches: list[str]) -> str:
@@ -195,6 +237,9 @@ def plot_sweep(
         for s in sweeps:
             rows += [f"{s.cache},hit_rate_vs_pool_tokens,{x},{y:.6f}" for x, y in s.hit_rate]
             rows += [f"{s.cache},requests_per_s_vs_prompt_len,{x},{y:.1f}" for x, y in s.speed]
+            for x, low, high in s.spread:
+                rows.append(f"{s.cache},requests_per_s_min_vs_prompt_len,{x},{low:.1f}")
+                rows.append(f"{s.cache},requests_per_s_max_vs_prompt_len,{x},{high:.1f}")
         csv.write_text("\n".join(rows) + "\n")
         print(f"matplotlib is not installed (pip install matplotlib): wrote {csv} instead")
         return False
@@ -219,6 +264,9 @@ def draw_sweep(
     for s in sweeps:
         hits.plot(*zip(*s.hit_rate, strict=True), label=s.cache, **styles[s.cache])
         speed.plot(*zip(*s.speed, strict=True), label=s.cache, **styles[s.cache])
+        if s.spread:  # the slowest and fastest run around the median
+            xs, lows, highs = zip(*s.spread, strict=True)
+            speed.fill_between(xs, lows, highs, color=styles[s.cache]["color"], alpha=0.2)
     pool_ticks = [x for x, _ in sweeps[0].hit_rate]
     _log2_ticks(hits, pool_ticks)
     hits.set(
@@ -232,11 +280,15 @@ def draw_sweep(
     speed.yaxis.set_major_formatter(lambda y, _: f"{y / 1000:g}k" if y else "0")
     speed.set(
         xlabel="typical prompt length (tokens)",
-        ylabel="requests/s (cache CPU time)",
+        ylabel="requests/s (cache CPU time; band: slowest to fastest run)",
         title=f"speed against prompt length (pool: {SPEED_POOL_PROMPTS} prompts)",
     )
+    ranges = ratio_ranges(sweeps)
     for n, (peer, points) in enumerate(speed_ratios(sweeps).items()):
         ratio.plot(*zip(*points, strict=True), label=f"÷ {peer}", **styles[peer])
+        if peer in ranges:
+            xs, lows, highs = zip(*ranges[peer], strict=True)
+            ratio.fill_between(xs, lows, highs, color=styles[peer]["color"], alpha=0.2)
         for x, y in points:
             below = n % 2 == 1
             ratio.annotate(
