@@ -13,10 +13,12 @@ from radixkv_spec.hashing import (
     page_hashes,
 )
 from radixkv_spec.invariants import INVARIANTS, SpecUsageError, SpecViolation
-from radixkv_spec.model import PagePath, Position, PrefixCacheModel
+from radixkv_spec.model import PrefixCacheModel
 from radixkv_spec.tokens import (
     MAX_TOKEN_ID,
     Namespace,
+    PagePath,
+    Position,
     Token,
     aligned,
     common_page_prefix_len,

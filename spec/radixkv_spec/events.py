@@ -33,12 +33,11 @@ from typing import Literal
 
 from radixkv_spec.hashing import hash_to_int64, hash_token_ids, namespace_seed, page_hashes
 from radixkv_spec.invariants import holds
-from radixkv_spec.tokens import Namespace, Token
+from radixkv_spec.tokens import Namespace, PagePath, Token
 
 STORED, REMOVED, CLEARED = "BlockStored", "BlockRemoved", "AllBlocksCleared"
 TAG = "type"
 """The key naming a record's class in a wire map (msgspec's ``tag=True``)."""
-PagePath = tuple[Token, ...]
 BlockHash = int | bytes
 """A published page name: an int read as unsigned 64-bit, or an engine's opaque bytes."""
 HashPolicy = Literal["radixkv", "opaque"]

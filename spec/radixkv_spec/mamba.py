@@ -46,6 +46,8 @@ from radixkv_spec.policies import (
 )
 from radixkv_spec.tokens import (
     Namespace,
+    PagePath,
+    Position,
     Token,
     aligned,
     extends,
@@ -53,8 +55,6 @@ from radixkv_spec.tokens import (
     validate_tokens,
 )
 
-PagePath: TypeAlias = tuple[Token, ...]
-Position: TypeAlias = tuple[Namespace, PagePath]
 RecencyKey: TypeAlias = tuple[int, int]
 Event: TypeAlias = tuple[Literal["kv"], tuple[int, ...]] | tuple[Literal["slot"], int]
 """What an implementation freed during one evict, in order: a KV group or a state slot."""

@@ -46,6 +46,8 @@ from radixkv_spec.policies import LRU_LEAVES, LeafFacts, VictimOrder
 from radixkv_spec.tokens import (
     MAX_TOKEN_ID,
     Namespace,
+    PagePath,
+    Position,
     Token,
     aligned,
     extends,
@@ -53,8 +55,6 @@ from radixkv_spec.tokens import (
     validate_tokens,
 )
 
-PagePath: TypeAlias = tuple[Token, ...]
-Position: TypeAlias = tuple[Namespace, PagePath]
 # One namespace's cached pages: page position -> the KV indices of that page.
 PageTable: TypeAlias = Mapping[PagePath, tuple[int, ...]]
 

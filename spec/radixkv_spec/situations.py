@@ -18,10 +18,7 @@ from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from radixkv_spec.tokens import Namespace, Token, extends
-
-PagePath = tuple[Token, ...]
-Position = tuple[Namespace, PagePath]
+from radixkv_spec.tokens import Namespace, Position, Token, extends
 
 
 class SpecState(Protocol):

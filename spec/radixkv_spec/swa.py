@@ -22,10 +22,8 @@ from radixkv_spec.invariants import (
     require,
 )
 from radixkv_spec.policies import LRU_LEAVES, READS_LEAF_FACTS, LeafFacts, VictimOrder
-from radixkv_spec.tokens import Namespace, Token, aligned, extends
+from radixkv_spec.tokens import Namespace, Position, Token, aligned, extends
 
-PagePath: TypeAlias = tuple[Token, ...]
-Position: TypeAlias = tuple[Namespace, PagePath]
 FreeEvent: TypeAlias = tuple[str, tuple[int, ...]]  # ("free" | "free_swa", indices)
 DeadInsert: TypeAlias = Literal["dropped", "tombstoned"]
 

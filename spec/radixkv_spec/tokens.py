@@ -17,6 +17,10 @@ from typing import Final, SupportsIndex, TypeAlias
 
 Token: TypeAlias = int | tuple[int, ...]
 Namespace: TypeAlias = str | None
+PagePath: TypeAlias = tuple[Token, ...]
+"""A cached page, named by its key's tokens from the root to the page's end."""
+Position: TypeAlias = tuple[Namespace, PagePath]
+"""A cached page in its namespace: what every model keys its pages, locks and recency by."""
 
 # Token ids fit a signed 64-bit slot (torch.int64), so the largest id is 2**63 - 1.
 MAX_TOKEN_ID: Final = 2**63

@@ -18,7 +18,6 @@ from typing import Any
 
 from radixkv_spec.situations import (
     BY_NAME,
-    Position,
     Situation,
     Transition,
     View,
@@ -26,6 +25,7 @@ from radixkv_spec.situations import (
     reached,
     view_of,
 )
+from radixkv_spec.tokens import Position
 
 from radixkv_conformance.trace import Step
 

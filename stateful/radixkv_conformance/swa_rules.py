@@ -15,8 +15,8 @@ from typing import Any, ClassVar
 
 from hypothesis import strategies as st
 from hypothesis.stateful import invariant, precondition, rule
-from radixkv_spec.swa import FreeEvent, Position, SlidingWindowModel
-from radixkv_spec.tokens import page_align
+from radixkv_spec.swa import FreeEvent, SlidingWindowModel
+from radixkv_spec.tokens import Position, page_align
 
 from radixkv_conformance.machines import (
     BAD_CALLS,
