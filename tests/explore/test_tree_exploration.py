@@ -72,6 +72,13 @@ def test_the_floor_is_explored_whole_whatever_the_budget() -> None:
     assert parse_bounds("floor=3,namespaces=1", TREE) == one_namespace
 
 
+def test_a_floor_is_a_step_count_zero_or_more() -> None:
+    assert parse_bounds("floor=0", TREE).floor == 0
+    for bad in ("floor=-1", "floor=x"):
+        with pytest.raises(LookupError, match="expected a step count, 0 or more"):
+            parse_bounds(bad)
+
+
 def test_the_wide_stage_has_a_lower_floor() -> None:
     narrow, wide = TREE.stages()
     assert (narrow.namespaces, narrow.floor) == (1, 4)

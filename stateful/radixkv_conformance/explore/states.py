@@ -158,7 +158,7 @@ def _bound_value(key: str, value: str) -> Any:
     if key == "depth":
         return None if value == "none" else _positive(value, "none or a positive step count")
     if key == "floor":
-        return _positive(value, "a positive step count") if value != "0" else 0
+        return int(value) if value.isdigit() else _positive(value, "a step count, 0 or more")
     if key == "skip":
         return tuple(filter(None, value.split("+")))
     if key in ("pages", "windows", "evict"):
