@@ -4,6 +4,7 @@ Never imports torch or radixkv: the model must stay independent of the implement
 judges. See SPEC.md for the prose.
 """
 
+from radixkv_spec.cache_model import CacheModel
 from radixkv_spec.hashing import (
     encode_page,
     hash_bytes,
@@ -14,6 +15,7 @@ from radixkv_spec.hashing import (
 )
 from radixkv_spec.invariants import INVARIANTS, SpecUsageError, SpecViolation
 from radixkv_spec.model import PrefixCacheModel
+from radixkv_spec.outcomes import InsertOutcome, ResetOutcome
 from radixkv_spec.tokens import (
     MAX_TOKEN_ID,
     Namespace,
@@ -31,10 +33,13 @@ from radixkv_spec.tokens import (
 __all__ = [
     "INVARIANTS",
     "MAX_TOKEN_ID",
+    "CacheModel",
+    "InsertOutcome",
     "Namespace",
     "PagePath",
     "Position",
     "PrefixCacheModel",
+    "ResetOutcome",
     "SpecUsageError",
     "SpecViolation",
     "Token",

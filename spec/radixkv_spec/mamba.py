@@ -36,6 +36,7 @@ from radixkv_spec.invariants import (
     require,
 )
 from radixkv_spec.model import cached_len, child_paths, page_prefixes, path_indices, validate_index
+from radixkv_spec.outcomes import InsertOutcome, ResetOutcome
 from radixkv_spec.policies import (
     DEEPEST_STATE,
     LRU_LEAVES,
@@ -288,16 +289,17 @@ class MambaCacheModel:
         extra_key: Namespace,
         tokens: Sequence[Token],
         indices: Sequence[int],
-        slot: object = None,
-    ) -> tuple[int, bool]:
-        """Cache the pages of ``tokens`` and the state after them; (prefix_len, mamba_exist).
+        state_slot: object = None,
+    ) -> InsertOutcome:
+        """Cache the pages of ``tokens`` and the state after them (``state_existed``:
+        ``mamba_exist``; the given slot is then dropped).
 
         Raises ``SpecUsageError`` (before any change) for a short ``indices``, an index or
         a slot the cache already holds, or new pages without a slot.
         """
         ns = validate_namespace(extra_key)
         key = aligned(validate_tokens(tokens), self.page_size)
-        given = None if slot is None else validate_slot(slot)
+        given = None if state_slot is None else validate_slot(state_slot)
         require(len(indices) >= len(key), f"{len(indices)} indices for {len(key)} tokens")
         values = tuple(validate_index(i) for i in indices[: len(key)])
         prefix_len = cached_len(self.pages.get(ns, {}), key, self.page_size)
@@ -305,6 +307,8 @@ class MambaCacheModel:
         require(given is None or given not in self.owned_slots(), f"slot {given} is cached")
         # INV-31: a leaf without a state could never be matched
         require(given is not None or prefix_len == len(key), "new pages need a mamba slot")
+        held = self.indices_of(ns, key[:prefix_len])
+        dropped = tuple(i for i, h in zip(values[:prefix_len], held, strict=True) if i != h)
         adopted = values[prefix_len:]
         require(not set(adopted) & self.cached_indices(), "INV-7: an adopted index is cached")
         require(len(set(adopted)) == len(adopted), "INV-7: the same index is adopted twice")
@@ -316,7 +320,8 @@ class MambaCacheModel:
         if not mamba_exist and given is not None:
             self.states[(ns, key)] = given
         self._stamp(ns, key, tick=self.clock)
-        return prefix_len, mamba_exist
+        slots = (given,) if mamba_exist and given is not None else ()
+        return InsertOutcome(prefix_len, dropped, len(key), mamba_exist, slots)
 
     def lock(self, extra_key: Namespace, prefix: Sequence[Token]) -> None:
         """Take a handle at ``prefix``, which must hold a state (the root: no-op)."""
@@ -336,9 +341,10 @@ class MambaCacheModel:
             if not self.handles[(ns, path)]:
                 del self.handles[(ns, path)]
 
-    def reset(self) -> tuple[list[int], list[int]]:
-        """Drop everything; return (every KV index, every slot) the cache held, to be freed."""
-        freed = sorted(self.cached_indices()), sorted(self.owned_slots())
+    def reset(self) -> ResetOutcome:
+        """Drop everything; every KV index and every slot the cache held is to be freed."""
+        indices, slots = sorted(self.cached_indices()), sorted(self.owned_slots())
+        freed = ResetOutcome(tuple(indices), slots=tuple(slots))
         self.pages.clear()
         self.states.clear()
         self.handles.clear()

@@ -42,6 +42,7 @@ from radixkv_spec.invariants import (
     never,
     require,
 )
+from radixkv_spec.outcomes import InsertOutcome, ResetOutcome
 from radixkv_spec.policies import LRU_LEAVES, LeafFacts, VictimOrder
 from radixkv_spec.tokens import (
     MAX_TOKEN_ID,
@@ -272,8 +273,9 @@ class PrefixCacheModel:
         tokens: Sequence[Token],
         indices: Sequence[int],
         priority: int = 0,
-    ) -> int:
-        """Cache the whole pages of ``tokens``; return how many of them were cached already.
+    ) -> InsertOutcome:
+        """Cache the whole pages of ``tokens``; ``prefix_len``: how many of them were cached
+        already, ``dropped``: the given indices of those pages the cache does not keep.
 
         The cache keeps the indices it holds for the cached prefix and adopts
         ``indices[i]`` only where it held nothing. Takes one tick and stamps the whole
@@ -289,6 +291,8 @@ class PrefixCacheModel:
         values = tuple(validate_index(i) for i in indices[: len(key)])
         prefix_len = cached_len(self.table(ns), key, self.page_size)
         self._require_fresh(values[prefix_len:])
+        held = self.indices_of(ns, key[:prefix_len])
+        dropped = tuple(i for i, h in zip(values[:prefix_len], held, strict=True) if i != h)
         tick = self._tick()
         split_below = key[:prefix_len]  # a divergence inside a node splits it here
         self._touch(ns, split_below, tick)
@@ -297,7 +301,7 @@ class PrefixCacheModel:
         self._touch(ns, key, tick)
         for q in page_prefixes(key, self.page_size):
             self.priority[(ns, q)] = max(self.priority.get((ns, q), priority), priority)
-        return prefix_len
+        return InsertOutcome(prefix_len, dropped, end=len(key))
 
     def lock(
         self, extra_key: Namespace, prefix: Sequence[Token], obtained_at: int | None = None
@@ -362,8 +366,8 @@ class PrefixCacheModel:
             self._drop_page(ns, path)
         return groups
 
-    def reset(self) -> list[int]:
-        """Drop every page and every handle; return every index the cache held (to be freed).
+    def reset(self) -> ResetOutcome:
+        """Drop every page and every handle; every index the cache held is to be freed.
 
         Takes one tick, so every handle obtained before it is stale for good.
         """
@@ -376,7 +380,7 @@ class PrefixCacheModel:
         self.hits.clear()
         self.priority.clear()
         self.handles.clear()
-        return freed
+        return ResetOutcome(tuple(freed))
 
     def check(self) -> None:
         """Assert the model's own invariants (raises ``SpecViolation``)."""

@@ -21,6 +21,7 @@ from radixkv_spec.invariants import (
     never,
     require,
 )
+from radixkv_spec.outcomes import InsertOutcome, ResetOutcome
 from radixkv_spec.policies import LRU_LEAVES, READS_LEAF_FACTS, LeafFacts, VictimOrder
 from radixkv_spec.tokens import Namespace, Position, Token, aligned, extends
 
@@ -123,12 +124,20 @@ class SlidingWindowModel:
 
     def minimum_windows(self) -> set[Position]:
         """Pages every lock must keep SWA KV for: the last W live tokens above each handle."""
+        return self._windows(self.window)
+
+    def maximum_windows(self) -> set[Position]:
+        """Pages a lock may keep SWA KV for: the live pages above each handle up to the first
+        tombstone (a cache locks whole nodes, so past W, but never through a tombstone)."""
+        return self._windows(None)
+
+    def _windows(self, window: int | None) -> set[Position]:
         kept: set[Position] = set()
         for ns, path in self.handles:
             covered = 0
             for end in range(len(path), 0, -self.page_size):
                 position = (ns, path[:end])
-                if position in self.tombstones or covered >= self.window:
+                if position in self.tombstones or (window is not None and covered >= window):
                     break
                 kept.add(position)
                 covered += self.page_size
@@ -164,10 +173,10 @@ class SlidingWindowModel:
         ns: Namespace,
         tokens: Sequence[Token],
         value: Sequence[int],
-        prev_prefix_len: int,
-        swa_evicted: int,
-    ) -> tuple[int, list[int], int]:
-        """Cache ``tokens``; returns (prefix_len, indices the cache frees, end of the cached key).
+        prev_prefix_len: int = 0,
+        swa_evicted_seqlen: int = 0,
+    ) -> InsertOutcome:
+        """Cache ``tokens``; ``dropped``: the indices the cache frees.
 
         The cache owns ``value[prev_prefix_len:]`` of the aligned key: each index is adopted
         or freed. A cached tombstone is revived with the caller's indices only if the caller
@@ -184,14 +193,14 @@ class SlidingWindowModel:
             if start < prev_prefix_len:
                 continue
             incoming = tuple(value[start : start + p])
-            revive = position in self.tombstones and swa_evicted <= start
+            revive = position in self.tombstones and swa_evicted_seqlen <= start
             if revive and not self.is_locked(position):
                 freed.extend(self.pages[position])
                 self.pages[position] = incoming
                 self.tombstones.discard(position)
             else:
                 freed.extend(incoming)
-        live_from = min(max(matched, swa_evicted), len(key))
+        live_from = min(max(matched, swa_evicted_seqlen), len(key))
         dropped = live_from == len(key) and self.dead_insert == "dropped"
         end = matched if dropped else len(key)
         if end == matched:
@@ -203,7 +212,7 @@ class SlidingWindowModel:
                 if start < live_from:
                     self.tombstones.add(position)
         self._touch(self.path_pages(ns, key[:end]), remainder)
-        return matched, freed, end
+        return InsertOutcome(matched, tuple(freed), end)
 
     def lock(self, ns: Namespace, prefix: Sequence[Token]) -> None:
         """Take a handle at ``prefix`` (the empty path: nothing); tombstones are refused
@@ -226,8 +235,8 @@ class SlidingWindowModel:
         if not self.handles[position]:
             del self.handles[position]
 
-    def reset(self) -> tuple[list[int], list[int]]:
-        """Drop everything; returns (indices freed, of those the ones whose SWA KV was live)."""
+    def reset(self) -> ResetOutcome:
+        """Drop everything: the indices freed, and of those the ones whose SWA KV was live."""
         full = [i for q in self.pages for i in self.pages[q]]
         live = [i for q in self.pages if q not in self.tombstones for i in self.pages[q]]
         self.pages.clear()
@@ -235,7 +244,30 @@ class SlidingWindowModel:
         self.handles.clear()
         self.recency.clear()
         self.latest.clear()
-        return full, live
+        return ResetOutcome(tuple(full), swa_live=tuple(live))
+
+    def check(self) -> None:
+        """Assert the model's own invariants (raises ``SpecViolation``)."""
+        p = self.page_size
+        for (ns, path), indices in self.pages.items():
+            # INV-2: a position is a whole, non-empty page with one index per token
+            holds(len(path) > 0 and len(path) % p == 0, "INV-2", f"{path!r} is not page-aligned")
+            holds(len(indices) == p, "INV-2", f"{path!r} does not hold {p} indices")
+            # INV-3: the cached set is prefix-closed: no page hangs below a missing one
+            parent = path[:-p]
+            holds(not parent or (ns, parent) in self.pages, "INV-3", f"{path!r} has no parent")
+        cached = [i for indices in self.pages.values() for i in indices]
+        # INV-7: no index is held twice
+        holds(len(set(cached)) == len(cached), "INV-7", "an index is held twice")
+        holds(self.tombstones <= set(self.pages), "INV-20", "a tombstone off the page map")
+        # INV-8: every cached position has a time, and a latest one no earlier
+        holds(set(self.recency) == set(self.pages) == set(self.latest), "INV-8", "recency")
+        holds(all(self.latest[q] >= t for q, t in self.recency.items()), "INV-8", "latest")
+        for position, count in self.handles.items():
+            # INV-5: handles are positive counts at cached positions (live, unless the
+            # cache takes locks that end at a tombstone)
+            live = position not in self.tombstones or self.tombstone_locks
+            holds(count > 0 and position in self.pages and live, "INV-5", f"bad {position!r}")
 
     def _touch(self, path: Sequence[Position], remainder: Sequence[Position]) -> None:
         """Stamp ``path``; the pages a split at its end could put in the lower half (the

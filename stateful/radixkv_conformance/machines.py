@@ -47,6 +47,7 @@ from hypothesis.stateful import (
 )
 from radixkv_spec.hashing import page_hashes as spec_page_hashes
 from radixkv_spec.invariants import SpecViolation
+from radixkv_spec.outcomes import InsertOutcome, ResetOutcome
 from radixkv_spec.situations import Situation, children_of, view_of
 from radixkv_spec.tokens import page_align
 
@@ -247,18 +248,6 @@ class PrefixMatch:
 
     def __str__(self) -> str:  # how a wrong match names it (a mode's match names itself)
         return f"spec says {self.indices}"
-
-
-@dataclass(frozen=True)
-class SpecInsert:
-    """What a mode's spec model says one insert does (``spec_insert``)."""
-
-    prefix_len: int  # what insert returns
-    duplicates: tuple[int, ...]  # the caller's indices the cache does not keep
-    end: int  # the handle the insert returns ends at ``tokens[:end]``
-    tail: int  # the caller frees ``indices[tail:]``, its unaligned tail
-    expect: dict[str, Any] = field(default_factory=dict)  # more of the step's ``expect``
-    slots: tuple[int, ...] = ()  # the caller's state slots the cache did not take
 
 
 class ConformanceMachine(RuleBasedStateMachine):
@@ -680,16 +669,19 @@ class ConformanceMachine(RuleBasedStateMachine):
             got = as_inserted(self.call_insert(step))
             self.scribble_caller_buffers()
             spec = self.spec_insert(namespace, tokens, indices, keywords)
-            step["expect"] = {"prefix_len": spec.prefix_len, **spec.expect}
+            step["expect"] = {"prefix_len": spec.prefix_len}
+            if spec.state_existed is not None:
+                step["expect"]["mamba_exist"] = spec.state_existed
             if self.profile.duplicates != "kept" or got.prefix_len is not None:
                 self.require(
                     got.prefix_len == spec.prefix_len,
                     f"INV-12: prefix_len {got.prefix_len}, spec says {spec.prefix_len}",
                 )
             self.check_insert_extras(got, spec, seen)
-            self.settle_duplicates(spec.duplicates, seen)
-            self.release("free", indices[spec.tail :], by="caller")
-            self.release("slot", spec.slots, by="caller")
+            self.settle_duplicates(spec.dropped, seen)
+            tail = page_align(len(tokens), self.page_size) if self.profile.stores else 0
+            self.release("free", indices[tail:], by="caller")  # its unaligned tail
+            self.release("slot", spec.dropped_slots, by="caller")
             self.keys_seen.append(tokens)
             self.count("insert")
             return self.ref(got.handle, namespace, tokens[: spec.end])
@@ -704,11 +696,13 @@ class ConformanceMachine(RuleBasedStateMachine):
     def before_insert(self, indices: Indices, keywords: Keywords) -> None:
         """What the caller does before it inserts, besides holding ``indices`` (nothing)."""
 
-    def spec_insert(self, ns: Namespace, tokens: Key, indices: Key, kw: Keywords) -> SpecInsert:
-        """Apply the insert to the spec model: what the cache must have done."""
-        raise NotImplementedError  # each mode's rule set asks its model
+    def spec_insert(self, ns: Namespace, tokens: Key, indices: Key, kw: Keywords) -> InsertOutcome:
+        """Apply the insert to the spec model: what the cache must have done. Every model
+        takes the insert's keywords under the engine's names (``insert_keywords``)."""
+        outcome: InsertOutcome = self.model.insert(ns, tokens, indices, **kw)
+        return outcome
 
-    def check_insert_extras(self, got: Inserted, spec: SpecInsert, seen: int) -> None:
+    def check_insert_extras(self, got: Inserted, spec: InsertOutcome, seen: int) -> None:
         """The mode's checks of an insert besides its prefix_len and duplicates (none)."""
 
     def do_evict(self, num_tokens: int, **amounts: int) -> None:
@@ -824,7 +818,8 @@ class ConformanceMachine(RuleBasedStateMachine):
             return
         with self.checking("reset"):
             seen = len(self.events)
-            cached, slots = self.reset_model()
+            dropped: ResetOutcome = self.model.reset()
+            cached, slots = dropped.indices, dropped.slots
             step["expect"] = {"freed": sorted(cached)}
             self.sut.reset()
             freed, freed_slots = self.frees_since(seen), self.frees_since(seen, "slot")
@@ -843,10 +838,6 @@ class ConformanceMachine(RuleBasedStateMachine):
                 self.release("slot", slots, by="caller")
             self.resets += 1
             self.count("reset")
-
-    def reset_model(self) -> tuple[list[int], list[int]]:
-        """Reset the model; return (the indices, the slots) the cache held."""
-        return list(self.model.reset()), []
 
     def do_free_slot(self, slot: int) -> None:
         """The caller frees a slot it holds (the copy of an aborted request)."""
@@ -966,10 +957,18 @@ class ConformanceMachine(RuleBasedStateMachine):
     def refresh_often(self, data: st.DataObject) -> None:
         """One key matched ``REFRESHES`` times in a row: what a long run does to lazy
         recency structures (stale entries pile up, then a rebuild), in one step of a short
-        one; the invariants and the next eviction check the rebuilt structure."""
+        one; the invariants and the next eviction check the rebuilt structure.
+
+        On one draw in two the cache also checks itself after each match, as it would
+        between the steps of a long run: a cache that coalesces its touched leaves until
+        something reads its heap (radixkv) piles up one stale entry per read, not per
+        match. Not on every draw: a check per match costs a third of the search's time."""
         tokens, namespace = self.draw_inserted_key(data), self.draw_namespace(data)
+        checked = data.draw(st.booleans(), label="checked after each match")
         for _ in range(REFRESHES):
             self.refresh(tokens, namespace)
+            if checked:
+                self.own_check()
         self.count("refresh_often")
 
     def refresh(self, tokens: tuple[int, ...], namespace: Namespace) -> None:
@@ -1062,6 +1061,7 @@ class ConformanceMachine(RuleBasedStateMachine):
 
     invariant_names: ClassVar[tuple[str, ...]] = (
         "situations_reached",
+        "spec_model_holds",
         "implementation_checks_itself",
         "node_events_are_exact",
         "events_rebuild_the_pages",
@@ -1091,8 +1091,18 @@ class ConformanceMachine(RuleBasedStateMachine):
 
     @precondition(_started)
     @invariant()
+    def spec_model_holds(self) -> None:
+        """The spec model's own ``check()``: the kit's side of the comparison is sound."""
+        with self.checking("invariant: the spec model"):
+            self.model.check()
+
+    @precondition(_started)
+    @invariant()
     def implementation_checks_itself(self) -> None:
         """The adapter's own ``check()``: each distinct complaint is its own finding."""
+        self.own_check()
+
+    def own_check(self) -> None:
         with self.checking("own check"):
             try:
                 self.sut.check()

@@ -8,6 +8,7 @@ from typing import Any, ClassVar
 from hypothesis import strategies as st
 from hypothesis.stateful import MultipleResults, invariant, multiple, precondition, rule
 from radixkv_spec.model import PrefixCacheModel, cached_len
+from radixkv_spec.outcomes import InsertOutcome
 from radixkv_spec.tokens import page_align
 
 from radixkv_conformance.machines import (
@@ -17,7 +18,6 @@ from radixkv_conformance.machines import (
     Keywords,
     NodeRef,
     PrefixMatch,
-    SpecInsert,
     SpecMatch,
     Step,
     end_run,
@@ -49,18 +49,11 @@ class PlainRules(ConformanceMachine):
         refresh = "match" in self.profile.refresh_on
         return PrefixMatch(tuple(self.model.match(namespace, tokens, refresh)))
 
-    def spec_insert(self, ns: Namespace, tokens: Key, indices: Key, kw: Keywords) -> SpecInsert:
-        """The model keeps the indices it holds for the cached prefix; a cache that stores
-        nothing adopts nothing (the caller frees every index)."""
+    def spec_insert(self, ns: Namespace, tokens: Key, indices: Key, kw: Keywords) -> InsertOutcome:
+        """A cache that stores nothing adopts nothing (the caller frees every index)."""
         if not self.profile.stores:
-            return SpecInsert(0, (), end=0, tail=0)
-        key = tokens[: page_align(len(tokens), self.page_size)]
-        held = self.model.indices_of(
-            ns, key[: cached_len(self.model.table(ns), key, self.page_size)]
-        )
-        prefix_len = self.model.insert(ns, tokens, indices, **kw)
-        duplicates = tuple(i for i, h in zip(indices[:prefix_len], held, strict=True) if i != h)
-        return SpecInsert(prefix_len, duplicates, end=len(key), tail=len(key))
+            return InsertOutcome(0, (), end=0)
+        return super().spec_insert(ns, tokens, indices, kw)
 
     def do_owned_insert(
         self, tokens: tuple[int, ...], namespace: Namespace, priority: int | None

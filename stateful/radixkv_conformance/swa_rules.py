@@ -15,6 +15,7 @@ from typing import Any, ClassVar
 
 from hypothesis import strategies as st
 from hypothesis.stateful import invariant, precondition, rule
+from radixkv_spec.outcomes import InsertOutcome
 from radixkv_spec.swa import FreeEvent, SlidingWindowModel
 from radixkv_spec.tokens import Position, page_align
 
@@ -23,10 +24,8 @@ from radixkv_conformance.machines import (
     ConformanceMachine,
     Frees,
     IllegalStep,
-    Key,
     Keywords,
     NodeRef,
-    SpecInsert,
     Step,
     end_run,
 )
@@ -87,12 +86,6 @@ class SwaRules(ConformanceMachine):
             return "lock of a tombstone"
         return None
 
-    def reset_model(self) -> tuple[list[int], list[int]]:
-        full, _ = self.model.reset()
-        return full, []
-
-    # ---- steps: the sliding window's part ------------------------------------------------
-
     def before_insert(self, indices: Indices, keywords: Keywords) -> None:
         """The request freed the SWA KV of its tokens out of the window, past what it
         matched (``indices[prev_prefix_len:swa_evicted_seqlen]``), before it inserts."""
@@ -126,22 +119,21 @@ class SwaRules(ConformanceMachine):
                 f"{found}: a caller takes prev_prefix_len from its match of the key"
             )
 
-    def spec_insert(self, ns: Namespace, tokens: Key, indices: Key, kw: Keywords) -> SpecInsert:
-        """The cache owns ``indices[prev_prefix_len:]``: each is adopted or a duplicate."""
-        prev, evicted = kw["prev_prefix_len"], kw["swa_evicted_seqlen"]
-        prefix_len, freed, end = self.model.insert(ns, tokens, indices, prev, evicted)
-        aligned = page_align(len(tokens), self.page_size)
-        return SpecInsert(prefix_len, tuple(freed), end=end, tail=aligned)
-
-    def check_insert_extras(self, got: Inserted, spec: SpecInsert, seen: int) -> None:
+    def check_insert_extras(self, got: Inserted, spec: InsertOutcome, seen: int) -> None:
         """An insert frees no SWA KV: the caller freed what left the window."""
         self.require(not self.frees_since(seen, "free_swa"), "INV-24: insert freed SWA KV")
 
     def before_eviction(self) -> set[Position]:
-        """The pages the cache holds SWA-locked: at least every lock's window (INV-21)."""
+        """The pages the cache holds SWA-locked: at least every lock's window, and nothing
+        past a tombstone above a lock or outside every lock's path (INV-21)."""
         locked = set(self.sut.swa_locked_pages())
         self.require(
             self.model.minimum_windows() <= locked, "INV-21: a lock's window is not SWA-locked"
+        )
+        self.require(
+            locked <= self.model.maximum_windows(),
+            "INV-21: a page past a tombstone or under no lock is SWA-locked",
+            "past a tombstone",
         )
         return locked
 
@@ -193,9 +185,11 @@ class SwaRules(ConformanceMachine):
             self.do_match(tokens, ns)
             matched = self.resumed_from()
         value = matched + self.allocate(len(tokens) - len(matched))
-        aligned = page_align(len(tokens), p)
-        pages = data.draw(up_to(aligned // p), label="swa evicted pages") if takes_args else 0
-        evicted = max(pages * p, len(matched))
+        # the request freed its matched pages' SWA KV and ``pages`` more: past a live
+        # match, a tombstone under a live page (a lock's window stops at it, INV-21)
+        past = (page_align(len(tokens), p) - len(matched)) // p
+        pages = data.draw(up_to(past), label="swa evicted pages") if takes_args else 0
+        evicted = len(matched) + pages * p
         if evicted:
             self.count("insert with prev_prefix_len or swa_evicted_seqlen")
         return self.do_insert(

@@ -79,10 +79,14 @@ def test_a_floor_is_a_step_count_zero_or_more() -> None:
             parse_bounds(bad)
 
 
-def test_the_wide_stage_has_a_lower_floor() -> None:
-    narrow, wide = TREE.stages()
-    assert (narrow.namespaces, narrow.floor) == (1, 4)
-    assert (wide.namespaces, wide.floor) == (2, 3)  # an eviction across two takes 3 steps
+def test_the_deep_and_wide_stages_have_a_lower_floor() -> None:
+    narrow, deep, wide = TREE.stages()
+    assert (narrow.namespaces, narrow.floor, narrow.length, narrow.windows) == (1, 4, 2, (1,))
+    # a lock's window across a tombstone under a live page takes keys of three pages, a
+    # window of two and three steps; an eviction across two namespaces takes three steps
+    assert (deep.namespaces, deep.floor, deep.length, deep.windows) == (1, 3, 3, (2,))
+    assert (wide.namespaces, wide.floor, wide.length, wide.windows) == (2, 3, 2, (1,))
+    assert not any(stage.deeper for stage in (narrow, deep, wide))
 
 
 def test_each_finding_is_handed_over_when_found_and_shortest() -> None:
@@ -104,7 +108,7 @@ def test_the_default_check_explores_first_and_reports_the_shortest_sequence() ->
     quick = settings(
         max_examples=5, stateful_step_count=5, deadline=None, database=None, derandomize=True
     )
-    bounds = dataclasses.replace(TREE, namespaces=1, depth=4)  # fixed work, not a time budget
+    bounds = dataclasses.replace(TREE, namespaces=1, deeper=0, depth=4)  # fixed work
     report = run_conformance(
         CASCADE, settings=quick, name="cascade", budget=40, explore=bounds, max_failures=1
     )
@@ -137,7 +141,7 @@ def test_the_exploration_counts_the_situations_it_reaches() -> None:
         ("length=0", "expected a positive number"),
         ("depth=-1", "expected none or a positive step count"),
         ("evict=1+x", "positive numbers joined by +"),
-        ("colour=3", "KEY one of depth, evict"),
+        ("colour=3", "KEY one of deeper, depth, evict"),
     ],
 )
 def test_malformed_bounds_name_what_is_accepted(text: str, said: str) -> None:

@@ -200,13 +200,23 @@ def test_an_swa_insert_wholly_past_the_window_is_dropped_or_tombstoned(policy: D
     are dropped (their indices freed) or cached as tombstones (sglang); a tombstone leaf an
     insert made is no eviction's fault, one an eviction leaves still is (INV-20)."""
     model = SlidingWindowModel(1, 1, dead_insert=policy)
-    prefix_len, freed, end = model.insert(None, (0, 0), (0, 1), 0, 2)
-    assert prefix_len == 0
+    inserted = model.insert(None, (0, 0), (0, 1), 0, 2)
+    assert inserted.prefix_len == 0
     cached = {(None, (0,)): (0,), (None, (0, 0)): (0, 1)[1:]}
     if policy == "dropped":
-        assert (freed, end, model.pages, model.tombstones) == ([0, 1], 0, {}, set())
+        assert (inserted.dropped, inserted.end, model.pages, model.tombstones) == (
+            (0, 1),
+            0,
+            {},
+            set(),
+        )
         return
-    assert (freed, end, model.pages, model.tombstones) == ([], 2, cached, set(cached))
+    assert (inserted.dropped, inserted.end, model.pages, model.tombstones) == (
+        (),
+        2,
+        cached,
+        set(cached),
+    )
     outcome = model.apply_free_events(0, 0, [], set())
     assert model.eviction_end_violations(0, 0, outcome, set()) == []
     model.insert(None, (1, 1), (2, 3), 0, 0)  # live: (1,) then (1, 1)
@@ -227,6 +237,24 @@ def test_a_lock_of_a_tombstone_is_refused_or_holds_the_full_kv(accepted: bool) -
         return
     model.lock(None, (0,))
     assert model.is_locked((None, (0,))) and model.minimum_windows() == set()
+
+
+def test_a_lock_may_hold_more_than_its_window_but_never_past_a_tombstone() -> None:
+    """INV-21 bounds an engine's SWA-locked pages both ways: at least the last W live tokens
+    above each lock (``minimum_windows``), at most its live pages up to the first tombstone
+    (``maximum_windows``: caches lock whole nodes, never through a tombstone)."""
+    model = SlidingWindowModel(1, 2)
+    model.insert(None, (0, 0, 0), (0, 1, 2), 0, 0)
+    model.lock(None, (0, 0, 0))
+    whole_path = {(None, (0,)), (None, (0, 0)), (None, (0, 0, 0))}
+    assert model.minimum_windows() == whole_path - {(None, (0,))}
+    assert model.maximum_windows() == whole_path
+    model.unlock(None, (0, 0, 0))
+    model.insert(None, (1,), (3,), 0, 0)
+    model.insert(None, (1, 1, 1), (3, 4, 5), 1, 2)  # resumes from (1,); (1, 1) left the window
+    assert model.tombstones == {(None, (1, 1))}
+    model.lock(None, (1, 1, 1))
+    assert model.minimum_windows() == model.maximum_windows() == {(None, (1, 1, 1))}
 
 
 @pytest.mark.parametrize("victims", [LRU_LEAVES, LRU_SPLIT_REFRESHES_BOTH])

@@ -78,7 +78,7 @@ def test_two_planted_bugs_are_two_findings_and_neither_hides_the_other(
 POOL_SEARCH = settings(SEARCH, max_examples=150, phases=[Phase.explicit, Phase.generate])
 """Without Hypothesis' shrinking, which dominates a search whose bug shows under many ids:
 the kit's own minimizer cuts every trace by replay."""
-POOL_TREES = dataclasses.replace(TREE, namespaces=1, depth=4)
+POOL_TREES = dataclasses.replace(TREE, namespaces=1, deeper=0, depth=4)
 """Before the search, as ``radixkv check`` does: every sequence of up to four steps on
 trees. A search is a sample, and a sample that acknowledges one bug's ids can miss the
 other (seed 1 did, on free_hit and head_first); every shortest trace of each bug is within

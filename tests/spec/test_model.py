@@ -38,8 +38,8 @@ def test_match_on_an_empty_cache_finds_nothing() -> None:
 
 def test_insert_then_extend_reports_the_cached_prefix() -> None:
     model = cache(1)
-    assert model.insert(None, [1, 2, 3], [10, 11, 12]) == 0
-    assert model.insert(None, [1, 2, 3, 4, 5], [90, 91, 92, 13, 14]) == 3
+    assert model.insert(None, [1, 2, 3], [10, 11, 12]).prefix_len == 0
+    assert model.insert(None, [1, 2, 3, 4, 5], [90, 91, 92, 13, 14]).prefix_len == 3
     # INV-12: the cache keeps its own indices for the prefix, adopts only the suffix
     assert model.match(None, [1, 2, 3, 4, 5, 6]) == (10, 11, 12, 13, 14)
     assert model.total_size() == 5
@@ -55,7 +55,7 @@ def test_match_stops_at_the_first_uncached_token() -> None:
 def test_page_alignment_on_match_and_insert() -> None:
     model = cache(4)
     # Seven tokens are one whole page and a tail: only the page is cached
-    assert model.insert(None, [1, 2, 3, 4, 5, 6, 7], range(100, 107)) == 0
+    assert model.insert(None, [1, 2, 3, 4, 5, 6, 7], range(100, 107)).prefix_len == 0
     assert model.total_size() == 4
     assert model.match(None, [1, 2, 3, 4, 5, 6]) == (100, 101, 102, 103)
     assert model.match(None, [1, 2, 3]) == ()
@@ -76,7 +76,7 @@ def test_sibling_pages_sharing_a_first_token_hold_their_own_indices() -> None:
 def test_namespaces_never_share_a_match() -> None:
     model = cache(1)
     for index, ns in enumerate((None, "", "a")):
-        assert model.insert(ns, [1, 2], [10 * index, 10 * index + 1]) == 0
+        assert model.insert(ns, [1, 2], [10 * index, 10 * index + 1]).prefix_len == 0
     assert model.match("", [1, 2]) == (10, 11)
     assert model.match("b", [1, 2]) == ()
     assert model.total_size() == 6
@@ -100,7 +100,7 @@ def test_insert_with_too_few_indices_is_rejected() -> None:
     model = cache(2, ([1, 2], [10, 11]))
     rejected(model, SpecUsageError, lambda: model.insert(None, [1, 2, 3, 4], [1, 2, 3]))
     # A tail shorter than a page needs no index
-    assert model.insert(None, [1, 2, 3, 4, 5], [0, 0, 12, 13]) == 2
+    assert model.insert(None, [1, 2, 3, 4, 5], [0, 0, 12, 13]).prefix_len == 2
 
 
 def test_insert_of_an_index_the_cache_holds_is_rejected() -> None:
@@ -108,7 +108,7 @@ def test_insert_of_an_index_the_cache_holds_is_rejected() -> None:
     rejected(model, SpecUsageError, lambda: model.insert(None, [1, 2, 3], [0, 0, 10]))
     rejected(model, SpecUsageError, lambda: model.insert(None, [7, 8], [5, 5]))
     # The caller's duplicates of the cached prefix are ignored, whatever they are
-    assert model.insert(None, [1, 2, 3], [11, 10, 12]) == 2
+    assert model.insert(None, [1, 2, 3], [11, 10, 12]).prefix_len == 2
 
 
 @pytest.mark.parametrize(
@@ -339,7 +339,7 @@ def test_reset_frees_every_index_and_drops_every_handle() -> None:
     model = two_branches()
     model.lock(None, [1, 2])
     taken = model.clock
-    assert sorted(model.reset()) == [10, 11, 20, 21]
+    assert sorted(model.reset().indices) == [10, 11, 20, 21]
     assert model.total_size() == model.protected_size() == 0
     assert model.handle_is_stale(None, [1, 2], taken)
     rejected(model, SpecUsageError, lambda: model.unlock(None, [1, 2]))

@@ -63,7 +63,8 @@ class Bounds:
     has a partial page); ``locks`` bounds the lock handles held at once (a state holding more
     is checked but not expanded); ``depth`` caps the breadth-first levels (None: none);
     the first ``floor`` levels are explored whole before a time budget may end the
-    exploration, so what they reach is the same on a fast machine and a loaded one.
+    exploration, so what they reach is the same on a fast machine and a loaded one;
+    ``deeper`` adds a stage whose keys and windows are that many pages longer (``stages``).
     """
 
     pages: tuple[int, ...] = (1,)
@@ -75,6 +76,7 @@ class Bounds:
     evict: tuple[int, ...] = (1, EVICT_ALL)
     depth: int | None = None
     floor: int = 0
+    deeper: int = 0
     skip: tuple[str, ...] = ()  # rules left out (the random search runs them)
 
     def text(self) -> str:
@@ -87,18 +89,30 @@ class Bounds:
             f"length={self.length},namespaces={self.namespaces},locks={self.locks},"
             f"evict={many(self.evict)},depth={cap}"
             + (f",floor={self.floor}" if self.floor else "")
+            + (f",deeper={self.deeper}" if self.deeper else "")
             + (f",skip={'+'.join(self.skip)}" if self.skip else "")
         )
 
     def stages(self) -> tuple[Bounds, ...]:
         """These bounds widened in steps, for a time-boxed exploration: one namespace first
-        (the tree's depth comes sooner: two namespaces double every level), then all, whose
-        floor is a level lower (what a second namespace adds is an eviction across both,
-        three steps)."""
-        if self.namespaces == 1:
-            return (self,)
-        wide = dataclasses.replace(self, floor=max(0, self.floor - 1))
-        return (dataclasses.replace(self, namespaces=1), wide)
+        (the tree's depth comes sooner: two namespaces double every level); then, with
+        ``deeper``, keys and windows ``deeper`` pages longer in one namespace; then every
+        namespace. The later stages' floor is a level lower: what they add takes three
+        steps (an eviction across two namespaces; a lock whose window meets a tombstone
+        with a live page above it)."""
+        narrow = dataclasses.replace(self, namespaces=1, deeper=0)
+        lower = max(0, self.floor - 1)
+        stages = [narrow]
+        if self.deeper:
+            longer = tuple(w + self.deeper * p for w in self.windows for p in self.pages[:1])
+            stages.append(
+                dataclasses.replace(
+                    narrow, length=self.length + self.deeper, windows=longer, floor=lower
+                )
+            )
+        if self.namespaces > 1:
+            stages.append(dataclasses.replace(self, deeper=0, floor=lower))
+        return tuple(stages)
 
     def low(self) -> int:
         """Numbers below this keep their value in a canonical state: tokens, page sizes,
@@ -157,8 +171,9 @@ ALIASES = {"page": "pages", "window": "windows"}
 def _bound_value(key: str, value: str) -> Any:
     if key == "depth":
         return None if value == "none" else _positive(value, "none or a positive step count")
-    if key == "floor":
-        return int(value) if value.isdigit() else _positive(value, "a step count, 0 or more")
+    if key in ("floor", "deeper"):
+        unit = "step" if key == "floor" else "page"
+        return _positive(value, f"a {unit} count, 0 or more", least=0)
     if key == "skip":
         return tuple(filter(None, value.split("+")))
     if key in ("pages", "windows", "evict"):
@@ -170,20 +185,27 @@ def _bound_value(key: str, value: str) -> Any:
     return _positive(value, "a positive number")
 
 
-def _positive(text: str, accepted: str) -> int:
-    if not text.isdigit() or int(text) < 1:
+def _positive(text: str, accepted: str, least: int = 1) -> int:
+    if not text.isdigit() or int(text) < least:
         raise ValueError(f"expected {accepted}")
     return int(text)
 
 
 TREE = Bounds(
-    tokens=1, length=2, namespaces=2, locks=1, floor=4, skip=("bad_call", "refresh_often")
+    tokens=1,
+    length=2,
+    namespaces=2,
+    locks=1,
+    floor=4,
+    deeper=1,
+    skip=("bad_call", "refresh_often"),
 )
 """Bounds that admit trees: keys of two pages (so a parent, a split, an interior lock), two
 namespaces, one lock held, evict none, one page and all; no depth cap (a time budget ends
-it), but every sequence of four steps in one namespace and of three in two is explored
-whatever the budget (every tree situation but Mamba's removal after a split is within
-them; 0.2 to 9 s a cache on a loaded 2-core machine). Bad calls and refresh bursts change
+it), but whatever the budget every sequence is explored of four steps in one namespace,
+of three with keys of three pages and a window of two (a lock's window that meets a
+tombstone with a live page above it), and of three in two namespaces (every tree situation
+but Mamba's removal after a split is within them; TIMES). Bad calls and refresh bursts change
 no tree: the random search runs them, and leaving them out here takes a level deeper in
 the same time."""
 PRESETS = {

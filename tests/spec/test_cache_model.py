@@ -1,0 +1,49 @@
+"""One door for every spec model (``radixkv_spec.CacheModel``): the same calls give the
+same records, whatever the cache's parts."""
+
+import pytest
+from radixkv_spec import CacheModel, InsertOutcome, ResetOutcome
+from radixkv_spec.mamba import MambaCacheModel
+from radixkv_spec.model import PrefixCacheModel
+from radixkv_spec.swa import SlidingWindowModel
+
+
+def _models() -> list[CacheModel]:
+    # A window as long as the keys (nothing leaves it); each Mamba insert brings a state.
+    return [PrefixCacheModel(1), SlidingWindowModel(1, 8), MambaCacheModel(1)]
+
+
+def _insert(model: CacheModel, tokens: tuple[int, ...], indices: tuple[int, ...]) -> InsertOutcome:
+    if isinstance(model, MambaCacheModel):  # new pages need a state slot (INV-31)
+        return model.insert(None, tokens, indices, state_slot=100 + len(tokens))
+    return model.insert(None, tokens, indices)
+
+
+@pytest.mark.parametrize("model", _models(), ids=lambda m: type(m).__name__)
+def test_every_model_answers_through_the_same_door(model: CacheModel) -> None:
+    assert isinstance(model, CacheModel)
+    first = _insert(model, (1, 2), (10, 11))
+    assert (first.prefix_len, first.dropped, first.end) == (0, (), 2)
+    # a request that computed (1, 2) again: its 20, 21 duplicate the cached 10, 11
+    second = _insert(model, (1, 2, 3), (20, 21, 12))
+    assert (second.prefix_len, second.dropped, second.end) == (2, (20, 21), 3)
+    model.lock(None, (1, 2, 3))
+    assert model.protected_size() == 3 == model.total_size()
+    model.check()
+    model.unlock(None, (1, 2, 3))
+    assert model.protected_size() == 0
+    dropped = model.reset()
+    assert isinstance(dropped, ResetOutcome)
+    assert sorted(dropped.indices) == [10, 11, 12] and model.positions() == []
+    model.check()
+
+
+def test_each_part_fills_its_own_fields_and_leaves_the_others_at_their_defaults() -> None:
+    plain, window, mamba = PrefixCacheModel(1), SlidingWindowModel(1, 8), MambaCacheModel(1)
+    assert _insert(plain, (1,), (10,)).state_existed is None
+    assert _insert(mamba, (1,), (10,)).state_existed is False
+    again = mamba.insert(None, (1,), (10,), state_slot=7)
+    assert (again.state_existed, again.dropped_slots) == (True, (7,))  # the caller frees 7
+    assert mamba.reset() == ResetOutcome((10,), slots=(101,))
+    window.insert(None, (1, 2), (10, 11), swa_evicted_seqlen=1)  # (1,) left the window
+    assert window.reset() == ResetOutcome((10, 11), swa_live=(11,))
