@@ -52,7 +52,6 @@ from radixkv_spec.situations import Situation, children_of, view_of
 from radixkv_spec.tokens import page_align
 
 from radixkv_conformance.coverage import Probe
-from radixkv_conformance.events_rules import EventsOracle
 from radixkv_conformance.findings import (
     Finding,
     Violation,
@@ -76,6 +75,7 @@ from radixkv_conformance.protocol import (
     as_inserted,
     as_matched,
 )
+from radixkv_conformance.rules.events import EventsOracle
 from radixkv_conformance.strategies import (
     BAD_NAMESPACE,
     one_of,
@@ -1126,7 +1126,7 @@ class ConformanceMachine(RuleBasedStateMachine):
     @precondition(_started)
     @invariant()
     def events_rebuild_the_pages(self) -> None:
-        """Capability ``events`` (``events_rules``): the router's page set, rebuilt from the
+        """Capability ``events`` (``rules/events.py``): the router's page set, rebuilt from the
         records since the last step, is the cache's (INV-40..43)."""
         if self.page_stream is None:
             return

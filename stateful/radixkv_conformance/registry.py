@@ -11,8 +11,6 @@ from typing import Any
 from radixkv_spec.situations import declared
 
 from radixkv_conformance.machines import ConformanceMachine, Session
-from radixkv_conformance.mamba_rules import MambaRules
-from radixkv_conformance.plain_rules import PlainRules
 from radixkv_conformance.profile import RADIXKV, Profile
 from radixkv_conformance.protocol import (
     AdapterError,
@@ -20,7 +18,9 @@ from radixkv_conformance.protocol import (
     Indices,
     require_capabilities,
 )
-from radixkv_conformance.swa_rules import SwaRules
+from radixkv_conformance.rules.mamba import MambaRules
+from radixkv_conformance.rules.plain import PlainRules
+from radixkv_conformance.rules.swa import SwaRules
 
 RULE_SETS: dict[str, type[ConformanceMachine]] = {
     "plain": PlainRules,

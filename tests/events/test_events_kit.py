@@ -16,7 +16,6 @@ from radixkv_conformance.adapters.radixkv import (
     radix_cache,
     sliding_window,
 )
-from radixkv_conformance.events_rules import EventsOracle, page_places
 from radixkv_conformance.profile import RADIXKV, RADIXKV_MAMBA, RADIXKV_SWA, Profile
 from radixkv_conformance.protocol import (
     CAPABILITIES,
@@ -25,6 +24,7 @@ from radixkv_conformance.protocol import (
     EventsAdapter,
     require_capabilities,
 )
+from radixkv_conformance.rules.events import EventsOracle, page_places
 from radixkv_spec import SpecViolation
 
 QUICK = settings(
