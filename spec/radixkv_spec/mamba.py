@@ -182,10 +182,10 @@ class MambaCacheModel:
             for ns, path in self.positions()
         }
 
-    def kv_len(self, extra_key: Namespace, tokens: Sequence[Token]) -> int:
+    def kv_len(self, ns: Namespace, tokens: Sequence[Token]) -> int:
         """How many aligned tokens of ``tokens`` the KV alone covers (no recency change)."""
         key = aligned(validate_tokens(tokens), self.page_size)
-        return cached_len(self.pages.get(validate_namespace(extra_key), {}), key, self.page_size)
+        return cached_len(self.pages.get(validate_namespace(ns), {}), key, self.page_size)
 
     def indices_of(self, ns: Namespace, path: PagePath) -> tuple[int, ...]:
         """The KV indices of the cached page-aligned ``path`` (no recency change)."""
@@ -226,7 +226,7 @@ class MambaCacheModel:
 
     def match(
         self,
-        extra_key: Namespace,
+        ns: Namespace,
         tokens: Sequence[Token],
         room: Sequence[Event] | None = None,
         waive: Waiver = never,
@@ -242,7 +242,7 @@ class MambaCacheModel:
         (docs/decisions.md, 2026-11-28). Raises ``SpecViolation`` (INV-34, or the eviction's),
         leaving the model unchanged, except for what ``waive`` acknowledges.
         """
-        ns = validate_namespace(extra_key)
+        ns = validate_namespace(ns)
         key = aligned(validate_tokens(tokens), self.page_size)
         deepest, kv_len, state_ends = self._walk(ns, key)
         copied = self.matching.copies_state and deepest > 0
@@ -286,7 +286,7 @@ class MambaCacheModel:
 
     def insert(
         self,
-        extra_key: Namespace,
+        ns: Namespace,
         tokens: Sequence[Token],
         indices: Sequence[int],
         state_slot: object = None,
@@ -297,7 +297,7 @@ class MambaCacheModel:
         Raises ``SpecUsageError`` (before any change) for a short ``indices``, an index or
         a slot the cache already holds, or new pages without a slot.
         """
-        ns = validate_namespace(extra_key)
+        ns = validate_namespace(ns)
         key = aligned(validate_tokens(tokens), self.page_size)
         given = None if state_slot is None else validate_slot(state_slot)
         require(len(indices) >= len(key), f"{len(indices)} indices for {len(key)} tokens")
@@ -323,17 +323,17 @@ class MambaCacheModel:
         slots = (given,) if mamba_exist and given is not None else ()
         return InsertOutcome(prefix_len, dropped, len(key), mamba_exist, slots)
 
-    def lock(self, extra_key: Namespace, prefix: Sequence[Token]) -> None:
+    def lock(self, ns: Namespace, prefix: Sequence[Token]) -> None:
         """Take a handle at ``prefix``, which must hold a state (the root: no-op)."""
-        ns, path = self._position(extra_key, prefix)
+        ns, path = self._position(ns, prefix)
         if path:
             # INV-30: a handle protects the state its request resumes from
             require(self.has_state(ns, path), f"{path!r} holds no state to lock")
             self.handles[(ns, path)] += 1
 
-    def unlock(self, extra_key: Namespace, prefix: Sequence[Token]) -> None:
+    def unlock(self, ns: Namespace, prefix: Sequence[Token]) -> None:
         """Give back one handle held at exactly ``prefix`` (the root: no-op)."""
-        ns, path = self._position(extra_key, prefix)
+        ns, path = self._position(ns, prefix)
         if path:
             # INV-30: an unlock no lock matches would drive a lock count negative
             require(self.handles[(ns, path)] > 0, f"no lock handle is held at {path!r}")
@@ -392,8 +392,8 @@ class MambaCacheModel:
         for q in page_prefixes(path, self.page_size):
             self.recency[(ns, q)] = tick
 
-    def _position(self, extra_key: Namespace, prefix: Sequence[Token]) -> Position:
-        ns = validate_namespace(extra_key)
+    def _position(self, ns: Namespace, prefix: Sequence[Token]) -> Position:
+        ns = validate_namespace(ns)
         path = validate_tokens(prefix)
         require(self.has_page(ns, path), f"{path!r} is not a cached page position")
         return (ns, path)

@@ -200,7 +200,7 @@ class PrefixCacheModel:
             for q in page_prefixes(tuple(prefix), self.page_size)
         )
 
-    def room(self, extra_key: Namespace, tokens: Sequence[Token], capacity: int) -> tuple[int, int]:
+    def room(self, ns: Namespace, tokens: Sequence[Token], capacity: int) -> tuple[int, int]:
         """For a cache that allocates its own pages from a pool of ``capacity`` pages: the
         new pages an insert of ``tokens`` needs, and the pages it can find for them.
 
@@ -210,7 +210,7 @@ class PrefixCacheModel:
         of them can go, leaves first. The insert must be refused exactly when it needs more
         than it can find (INV-15), and a refusal changes nothing.
         """
-        ns = validate_namespace(extra_key)
+        ns = validate_namespace(ns)
         key = aligned(validate_tokens(tokens), self.page_size)
         prefix = key[: cached_len(self.table(ns), key, self.page_size)]
         own = {(ns, q) for q in page_prefixes(prefix, self.page_size)}
@@ -249,7 +249,7 @@ class PrefixCacheModel:
     # -------------------------------------------------------------- operations
 
     def match(
-        self, extra_key: Namespace, tokens: Sequence[Token], refresh: bool = True
+        self, ns: Namespace, tokens: Sequence[Token], refresh: bool = True
     ) -> tuple[int, ...]:
         """The KV indices of the longest cached page-aligned prefix of ``tokens``.
 
@@ -257,7 +257,7 @@ class PrefixCacheModel:
         ``refresh`` is False (an engine whose lookups leave recency alone: vLLM, MAX).
         Raises ``TypeError`` / ``ValueError`` (before any change) for a bad key.
         """
-        ns = validate_namespace(extra_key)
+        ns = validate_namespace(ns)
         key = aligned(validate_tokens(tokens), self.page_size)
         path = key[: cached_len(self.table(ns), key, self.page_size)]
         tick = self._tick()
@@ -269,7 +269,7 @@ class PrefixCacheModel:
 
     def insert(
         self,
-        extra_key: Namespace,
+        ns: Namespace,
         tokens: Sequence[Token],
         indices: Sequence[int],
         priority: int = 0,
@@ -284,7 +284,7 @@ class PrefixCacheModel:
         for a bad key or index, and ``SpecUsageError`` if ``indices`` is shorter than the
         aligned key or an adopted index is already cached.
         """
-        ns = validate_namespace(extra_key)
+        ns = validate_namespace(ns)
         key = aligned(validate_tokens(tokens), self.page_size)
         # INV-12: a value shorter than the aligned key would leave tokens without KV
         require(len(indices) >= len(key), f"{len(indices)} indices for {len(key)} tokens")
@@ -304,7 +304,7 @@ class PrefixCacheModel:
         return InsertOutcome(prefix_len, dropped, end=len(key))
 
     def lock(
-        self, extra_key: Namespace, prefix: Sequence[Token], obtained_at: int | None = None
+        self, ns: Namespace, prefix: Sequence[Token], obtained_at: int | None = None
     ) -> None:
         """Take a lock handle at the cached page position ``prefix`` (the root: no-op).
 
@@ -312,18 +312,18 @@ class PrefixCacheModel:
         model's ``clock`` right after the match or insert that returned it); a stale
         handle is then rejected with ``SpecUsageError``.
         """
-        ns, path = self._handle_position(extra_key, prefix, obtained_at)
+        ns, path = self._handle_position(ns, prefix, obtained_at)
         if path:
             self.handles[(ns, path)] += 1
 
     def unlock(
-        self, extra_key: Namespace, prefix: Sequence[Token], obtained_at: int | None = None
+        self, ns: Namespace, prefix: Sequence[Token], obtained_at: int | None = None
     ) -> None:
         """Give back one lock handle held at exactly ``prefix`` (the root: no-op).
 
         Raises ``SpecUsageError`` if no handle is held there (or the handle is stale).
         """
-        ns, path = self._handle_position(extra_key, prefix, obtained_at)
+        ns, path = self._handle_position(ns, prefix, obtained_at)
         if not path:
             return
         # INV-5: unlocking without a handle would drive a lock count negative
@@ -465,9 +465,9 @@ class PrefixCacheModel:
         require(not any(i in held for i in adopted), "INV-7: an adopted index is already cached")
 
     def _handle_position(
-        self, extra_key: Namespace, prefix: Sequence[Token], obtained_at: int | None
+        self, ns: Namespace, prefix: Sequence[Token], obtained_at: int | None
     ) -> Position:
-        ns = validate_namespace(extra_key)
+        ns = validate_namespace(ns)
         path = validate_tokens(prefix)
         # A handle from before an eviction or reset of its path is a dead node
         stale = obtained_at is not None and self.handle_is_stale(ns, path, obtained_at)

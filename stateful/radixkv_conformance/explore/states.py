@@ -205,9 +205,9 @@ namespaces, one lock held, evict none, one page and all; no depth cap (a time bu
 it), but whatever the budget every sequence is explored of four steps in one namespace,
 of three with keys of three pages and a window of two (a lock's window that meets a
 tombstone with a live page above it), and of three in two namespaces (every tree situation
-but Mamba's removal after a split is within them; TIMES). Bad calls and refresh bursts change
-no tree: the random search runs them, and leaving them out here takes a level deeper in
-the same time."""
+but Mamba's removal after a split is within them; 0.8 to 7 s a stage on a quiet 2-core
+machine, SWA the slowest). Bad calls and refresh bursts change no tree: the random search
+runs them, and leaving them out here takes a level deeper in the same time."""
 PRESETS = {
     "tiny": Bounds(),
     "ci": TREE,  # a MODULE:FACTORY's (radixkv's own caches: ``OWN_BOUNDS``)
