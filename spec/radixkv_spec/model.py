@@ -303,9 +303,7 @@ class PrefixCacheModel:
             self.priority[(ns, q)] = max(self.priority.get((ns, q), priority), priority)
         return InsertOutcome(prefix_len, dropped, end=len(key))
 
-    def lock(
-        self, ns: Namespace, prefix: Sequence[Token], obtained_at: int | None = None
-    ) -> None:
+    def lock(self, ns: Namespace, prefix: Sequence[Token], obtained_at: int | None = None) -> None:
         """Take a lock handle at the cached page position ``prefix`` (the root: no-op).
 
         ``obtained_at``, when given, is the tick at which the caller got the handle (the
