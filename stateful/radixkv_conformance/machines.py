@@ -71,6 +71,7 @@ from radixkv_conformance.protocol import (
     Inserted,
     Matched,
     Namespace,
+    NotAdmitted,
     as_evicted,
     as_inserted,
     as_matched,
@@ -352,6 +353,8 @@ class ConformanceMachine(RuleBasedStateMachine):
             yield
         except (Finding, HypothesisException, IllegalStep):
             raise
+        except NotAdmitted:
+            end_run()  # the engine would not take this step: nothing past it is judged
         except Exception as error:  # a violation, or the cache crashed: both are findings
             self.found(self.check, error)  # a check may name its sub-rule
         finally:

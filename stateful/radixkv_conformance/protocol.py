@@ -141,6 +141,13 @@ CAPABILITIES: dict[str, str] = {
 }
 
 
+class NotAdmitted(Exception):
+    """Raised by an adapter whose engine would not take this step now, as a scheduler does
+    not admit a request its pool cannot hold beside the blocks running requests hold (vLLM):
+    not a finding; the run proves nothing past it and ends, in a search as in a replay. A
+    cache that owns a fixed pool refuses with ``NoRoom`` instead, which the kit judges."""
+
+
 class NoRoom(Exception):
     """``insert`` of a cache that owns a fixed pool (capability ``capacity``): the pages the
     key needs cannot be found now, as a scheduler's allocation that fails and leaves the

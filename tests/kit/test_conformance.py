@@ -13,6 +13,7 @@ from radixkv_conformance import (
     MAX_RADIX_TRIE,
     AdapterError,
     ConformanceError,
+    NotAdmitted,
     require_capabilities,
     run_conformance,
 )
@@ -59,6 +60,29 @@ def test_swa_and_mamba_go_through_run_conformance(factory: Any, profile: Any, ru
     report = run_conformance(factory, profile=profile, settings=QUICK)
     report.raise_for_failures()
     assert report.stats[rule] > 0, report.render()
+
+
+class _AdmitsShortRequests(RadixCacheAdapter):
+    """radixkv's cache behind a scheduler that admits no request of more than two tokens."""
+
+    def insert(self, tokens: tuple[Any, ...], namespace: Any, indices: tuple[int, ...]) -> Any:
+        if len(tokens) > 2:
+            raise NotAdmitted(f"{len(tokens)} tokens")
+        return super().insert(tokens, namespace, indices)
+
+
+def test_a_step_the_engine_does_not_admit_ends_the_run_and_is_no_finding() -> None:
+    report = run_conformance(_AdmitsShortRequests, profile=RADIXKV, settings=QUICK)
+    report.raise_for_failures()
+    assert report.stats["insert"] > 0
+    steps = [
+        {"id": 0, "op": "insert", "tokens": [1, 2], "namespace": None, "indices": [0, 1]},
+        {"id": 1, "op": "insert", "tokens": [1, 2, 3], "namespace": None, "indices": [0, 1, 2]},
+        {"id": 2, "op": "evict", "num_tokens": 1},
+    ]
+    trace = {"format": "radixkv-trace/1", "semantics": "radixkv", "page_size": 1, "steps": steps}
+    result = replay(trace, _AdmitsShortRequests)
+    assert result.passed and result.steps == 1  # judged up to the step it did not admit
 
 
 def test_the_broken_adapter_fails() -> None:

@@ -18,7 +18,7 @@ cached-but-free, tail first. ``lock``: a request holding the path's blocks; ``un
 ``evict(n)``: allocate blocks until ``n`` tokens were evicted, then free them back (uncached).
 Block ``b`` holds the page indices ``range(b * p, (b + 1) * p)``; block 0 is vLLM's null block.
 An insert the pool cannot hold beside the locked blocks (vLLM's scheduler would not admit
-it) drops the run (``hypothesis.reject``): the kit has no capacity refusal yet.
+it) ends the run (``NotAdmitted``): vLLM's scheduler refuses it, not its cache.
 Options (``--option KEY=VALUE``): ``blocks`` (pool size, default 16), ``events`` (default 1),
 ``direct`` (default 0).
 
@@ -50,11 +50,9 @@ import logging
 from collections.abc import Hashable
 from typing import Any
 
-from hypothesis import reject
-
 from radixkv_conformance.adapters._vllm_import import import_module
 from radixkv_conformance.profile import RADIXKV
-from radixkv_conformance.protocol import Host, Indices, Inserted, Sizes
+from radixkv_conformance.protocol import Host, Indices, Inserted, NotAdmitted, Sizes
 
 _POOL = import_module("block_pool")  # ImportError saying how to get vLLM when VLLM_SRC is unset
 _UTILS = import_module("kv_cache_utils")
@@ -164,7 +162,7 @@ class VllmAdapter:
             rid, len(key), hit, len(hit) * p, len(hit) * p, len(key)
         )
         if need > self.pool.get_num_free_blocks():  # the scheduler would not admit it yet
-            reject()  # a pool too small for what the run holds: the run is dropped
+            raise NotAdmitted(f"{need} blocks needed, {self.pool.get_num_free_blocks()} free")
         m.add_local_computed_blocks(rid, hit, len(hit) * p, 0)
         m.allocate_new_blocks(rid, len(key), len(key))
         m.cache_blocks(request, len(key), replay_boundaries=())
