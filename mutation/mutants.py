@@ -539,7 +539,7 @@ MUTANTS: tuple[Mutant, ...] = (
         SWA,
         "            self.allocator.free_swa(node.value)",
         "            self.allocator.free(node.value)",
-        SWA_MACHINE,
+        SWA_MACHINE_AND_EXAMPLES,  # the machine's ci draw alone found it by luck, then lost it
     ),
     Mutant(
         "swa-phase2-ignores-swa-locks",
