@@ -170,22 +170,22 @@ ALIASES = {"page": "pages", "window": "windows"}
 
 def _bound_value(key: str, value: str) -> Any:
     if key == "depth":
-        return None if value == "none" else _positive(value, "none or a positive step count")
+        return None if value == "none" else _number(value, "none or a positive step count")
     if key in ("floor", "deeper"):
         unit = "step" if key == "floor" else "page"
-        return _positive(value, f"a {unit} count, 0 or more", least=0)
+        return _number(value, f"a {unit} count, 0 or more", least=0)
     if key == "skip":
         return tuple(filter(None, value.split("+")))
     if key in ("pages", "windows", "evict"):
         many = "positive numbers joined by +" + (" (or all)" if key == "evict" else "")
         return tuple(
-            EVICT_ALL if v == "all" and key == "evict" else _positive(v, many)
+            EVICT_ALL if v == "all" and key == "evict" else _number(v, many)
             for v in value.split("+")
         )
-    return _positive(value, "a positive number")
+    return _number(value, "a positive number")
 
 
-def _positive(text: str, accepted: str, least: int = 1) -> int:
+def _number(text: str, accepted: str, least: int = 1) -> int:
     if not text.isdigit() or int(text) < least:
         raise ValueError(f"expected {accepted}")
     return int(text)
