@@ -15,7 +15,14 @@ from radixkv_spec.hashing import (
 )
 from radixkv_spec.invariants import INVARIANTS, SpecUsageError, SpecViolation
 from radixkv_spec.model import PrefixCacheModel
-from radixkv_spec.outcomes import InsertOutcome, ResetOutcome
+from radixkv_spec.outcomes import (
+    EvictionOutcome,
+    FreeEvent,
+    InsertOutcome,
+    MatchOutcome,
+    ResetOutcome,
+    node_frees,
+)
 from radixkv_spec.tokens import (
     MAX_TOKEN_ID,
     Namespace,
@@ -34,7 +41,10 @@ __all__ = [
     "INVARIANTS",
     "MAX_TOKEN_ID",
     "CacheModel",
+    "EvictionOutcome",
+    "FreeEvent",
     "InsertOutcome",
+    "MatchOutcome",
     "Namespace",
     "PagePath",
     "Position",
@@ -51,6 +61,7 @@ __all__ = [
     "hash_to_int64",
     "hash_token_ids",
     "namespace_seed",
+    "node_frees",
     "page_align",
     "page_hashes",
     "validate_namespace",

@@ -57,29 +57,12 @@ LoRA name, never the namespace. The namespace is ``cache_salt`` where a record c
 the first block's ``extra_keys`` entry other than the LoRA name, on a record that starts a
 path; a record continuing a parent has the parent's namespace (vLLM salts only block 0)."""
 
+_STORED_HEAD = ("block_hashes", "parent_block_hash", "token_ids", "block_size", "lora_id", "medium")
+"""The fields both layouts of a stored record begin with, in order."""
 _FIELDS: dict[str, dict[Layout, tuple[str, ...]]] = {
     STORED: {
-        "sglang": (
-            "block_hashes",
-            "parent_block_hash",
-            "token_ids",
-            "block_size",
-            "lora_id",
-            "medium",
-            "cache_salt",
-            "session_id",
-            "lora_name",
-        ),
-        "vllm": (
-            "block_hashes",
-            "parent_block_hash",
-            "token_ids",
-            "block_size",
-            "lora_id",
-            "medium",
-            "lora_name",
-            "extra_keys",
-        ),
+        "sglang": (*_STORED_HEAD, "cache_salt", "session_id", "lora_name"),
+        "vllm": (*_STORED_HEAD, "lora_name", "extra_keys"),
     },
     REMOVED: {"sglang": ("block_hashes", "medium"), "vllm": ("block_hashes", "medium")},
     CLEARED: {"sglang": (), "vllm": ()},

@@ -24,19 +24,17 @@ Leaves (positions with nothing cached below) always hold a state (INV-31).
 
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Literal, TypeAlias
+from typing import TypeAlias
 
-from radixkv_spec.invariants import (
-    SpecViolation,
-    Waiver,
-    holds,
-    holds_or_waived,
-    never,
-    require,
+from radixkv_spec.invariants import SpecViolation, Waiver, holds, holds_or_waived, never, require
+from radixkv_spec.outcomes import (
+    EvictionOutcome,
+    FreeEvent,
+    InsertOutcome,
+    MatchOutcome,
+    ResetOutcome,
 )
-from radixkv_spec.model import cached_len, child_paths, page_prefixes, path_indices, validate_index
-from radixkv_spec.outcomes import InsertOutcome, ResetOutcome
+from radixkv_spec.pages import cached_len, child_paths, page_prefixes, path_indices, validate_index
 from radixkv_spec.policies import (
     DEEPEST_STATE,
     LRU_LEAVES,
@@ -57,8 +55,6 @@ from radixkv_spec.tokens import (
 )
 
 RecencyKey: TypeAlias = tuple[int, int]
-Event: TypeAlias = tuple[Literal["kv"], tuple[int, ...]] | tuple[Literal["slot"], int]
-"""What an implementation freed during one evict, in order: a KV group or a state slot."""
 
 
 def truncated_len(state_ends: Sequence[int], kv_len: int) -> int:
@@ -102,16 +98,6 @@ def validate_slot(value: object) -> int:
     if value < 0:
         raise ValueError(f"state slot {value} is negative")
     return int(value)
-
-
-@dataclass(frozen=True)
-class MambaMatch:
-    """What ``match`` means: the indices up to the state, where that state is, how far KV went."""
-
-    indices: tuple[int, ...]
-    prefix_len: int
-    source_slot: int | None  # the slot the request's copy comes from (None: initial state)
-    branching_seqlen: int | None
 
 
 class MambaCacheModel:
@@ -228,9 +214,11 @@ class MambaCacheModel:
         self,
         ns: Namespace,
         tokens: Sequence[Token],
-        room: Sequence[Event] | None = None,
+        /,
+        *,
+        room: Sequence[FreeEvent] | None = None,
         waive: Waiver = never,
-    ) -> MambaMatch:
+    ) -> MatchOutcome:
         """Truncate the KV match to its deepest state (INV-34); stamp that path.
 
         ``room``: the pool had no slot for the copy of the state (copy-on-write), and these
@@ -253,12 +241,12 @@ class MambaCacheModel:
             if not any(kind == "slot" for kind, _ in room):  # no slot to copy into: a miss
                 _, kv_len, _ = self._walk(ns, key)
                 self._stamp(ns, ())
-                return MambaMatch((), 0, None, branching_seqlen(kv_len, 0))
+                return MatchOutcome((), 0, None, branching_seqlen(kv_len, 0))
             deepest, kv_len, state_ends = self._walk(ns, key)  # the cache the room left
         prefix_len = self.matching.matched_len(kv_len, state_ends)
         path = key[:prefix_len]
         self._stamp(ns, path)
-        return MambaMatch(
+        return MatchOutcome(
             indices=path_indices(self.pages.get(ns, {}), path, self.page_size),
             prefix_len=prefix_len,
             source_slot=self.states.get((ns, key[:deepest])) if copied else None,
@@ -273,12 +261,12 @@ class MambaCacheModel:
         return truncated_len(state_ends, kv_len), kv_len, state_ends
 
     def _make_room(
-        self, ns: Namespace, source: PagePath, events: Sequence[Event], waive: Waiver
+        self, ns: Namespace, source: PagePath, events: Sequence[FreeEvent], waive: Waiver
     ) -> None:
         """The copy's ``evict(0, 1)``, with a handle at ``source`` meanwhile."""
         self.handles[(ns, source)] += 1
         try:
-            self.apply_eviction(0, 1, events, waive)
+            self.apply_eviction(0, events, waive=waive, mamba_slots=1)
         finally:
             self.handles[(ns, source)] -= 1
             if not self.handles[(ns, source)]:
@@ -353,22 +341,33 @@ class MambaCacheModel:
         return freed
 
     def apply_eviction(
-        self, num_tokens: int, mamba_slots: int, events: Sequence[Event], waive: Waiver = never
-    ) -> None:
+        self,
+        num_tokens: int,
+        events: Sequence[FreeEvent],
+        /,
+        *,
+        waive: Waiver = never,
+        mamba_slots: int = 0,
+    ) -> EvictionOutcome:
         """Check an implementation's ``evict(num_tokens, mamba_slots)`` and apply it.
 
-        ``events`` are its frees in order: one KV group per deleted node, each followed by
-        the node's slot if it had one, and lone slots for tombstoned inner nodes. Raises
+        ``events`` are its frees in order: one ``free`` (KV) per deleted node, each followed
+        by the ``slot`` of the node's state if it had one, and lone slots for tombstoned
+        inner nodes. Raises
         ``SpecViolation`` (INV-35, INV-31, INV-33), leaving the model unchanged, except for
         what ``waive`` acknowledges of the rules the model can go on after (where eviction
         stopped, the victim order).
         """
         before = self._copy()
+        eviction = _Eviction(self, num_tokens, mamba_slots, waive)
         try:
-            _Eviction(self, num_tokens, mamba_slots, waive).run(list(events))
+            eviction.run([(kind, tuple(p)) for kind, p in events if kind in ("free", "slot")])
         except SpecViolation:
             self.__dict__.update(before.__dict__)
             raise
+        return EvictionOutcome(
+            eviction.tokens, mamba_evicted=eviction.slots, deleted=eviction.deleted
+        )
 
     def check(self) -> None:
         """Assert the model's own invariants (raises ``SpecViolation``)."""
@@ -443,18 +442,18 @@ class _Eviction:
         self.phase = 1 if num_tokens > 0 else 2
         self.cascade: Position | None = None  # a childless tombstone that must go next
         self.top: Position = (None, ())  # the position above the last deleted run
+        self.deleted: tuple[Position, ...] = ()
 
-    def run(self, events: list[Event]) -> None:
+    def run(self, events: list[FreeEvent]) -> None:
         while events:
             kind, payload = events.pop(0)
-            if kind == "kv":
-                assert isinstance(payload, tuple)
+            if kind == "free":
                 had_slot = self._delete(payload)
                 if had_slot is not None:
                     follow = events.pop(0) if events else None
                     # INV-35: a deleted node frees its KV, then its slot
                     holds(
-                        follow == ("slot", had_slot),
+                        follow == ("slot", (had_slot,)),
                         "INV-35",
                         f"slot {had_slot} not freed",
                         "slot-not-freed",
@@ -462,8 +461,7 @@ class _Eviction:
                     self.slots += 1
                 self._after_delete()
             else:
-                assert isinstance(payload, int)
-                self._tombstone(payload)
+                self._tombstone(payload[0])
         holds(
             self.cascade is None,
             "INV-31",
@@ -541,6 +539,7 @@ class _Eviction:
         )
         for q in run:
             self.m._drop(ns, q)
+        self.deleted += tuple((ns, q) for q in run)
         self.tokens += len(group)
         self.top = (ns, run[0][: -self.m.page_size])
         return self.m.states.pop((ns, leaf), None)

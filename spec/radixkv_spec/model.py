@@ -30,22 +30,36 @@ The model's own invariants are asserted by ``PrefixCacheModel.check``; CrossHair
 the contracts of the pure helpers it is built from.
 """
 
+import copy
 from collections import Counter
-from collections.abc import Mapping, Sequence
-from typing import TypeAlias
+from collections.abc import Sequence
 
-from radixkv_spec.invariants import (
-    SpecViolation,
-    Waiver,
-    holds,
-    holds_or_waived,
-    never,
-    require,
+from radixkv_spec.invariants import SpecViolation, Waiver, holds, holds_or_waived, never, require
+from radixkv_spec.outcomes import (
+    EvictionOutcome,
+    FreeEvent,
+    InsertOutcome,
+    MatchOutcome,
+    ResetOutcome,
 )
-from radixkv_spec.outcomes import InsertOutcome, ResetOutcome
-from radixkv_spec.policies import LRU_LEAVES, LeafFacts, VictimOrder
+from radixkv_spec.pages import (
+    PageTable,
+    cached_len,
+    child_paths,
+    page_prefixes,
+    path_indices,
+    validate_index,
+)
+from radixkv_spec.policies import (
+    DEFAULT_REFRESH,
+    LRU_LEAVES,
+    WHOLE_LEAVES,
+    Eviction,
+    EvictionReport,
+    LeafFacts,
+    VictimOrder,
+)
 from radixkv_spec.tokens import (
-    MAX_TOKEN_ID,
     Namespace,
     PagePath,
     Position,
@@ -56,84 +70,41 @@ from radixkv_spec.tokens import (
     validate_tokens,
 )
 
-# One namespace's cached pages: page position -> the KV indices of that page.
-PageTable: TypeAlias = Mapping[PagePath, tuple[int, ...]]
-
-
-def page_prefixes(path: PagePath, page_size: int) -> list[PagePath]:
-    """Every non-empty page-aligned prefix of ``path``, shortest first.
-
-    pre: page_size >= 1
-    post: len(__return__) == len(path) // page_size
-    post: all(len(q) == (i + 1) * page_size for i, q in enumerate(__return__))
-    """
-    return [path[:end] for end in range(page_size, len(path) + 1, page_size)]
-
-
-def cached_len(table: PageTable, key: PagePath, page_size: int) -> int:
-    """Length of the longest prefix of ``key`` whose every page is cached in ``table``.
-
-    pre: page_size >= 1
-    post: __return__ % page_size == 0 and 0 <= __return__ <= len(key)
-    post: all(key[:n] in table for n in range(page_size, __return__ + 1, page_size))
-    post: __return__ + page_size > len(key) or key[: __return__ + page_size] not in table
-    """
-    n = 0
-    while n + page_size <= len(key) and key[: n + page_size] in table:
-        n += page_size
-    return n
-
-
-def path_indices(table: PageTable, path: PagePath, page_size: int) -> tuple[int, ...]:
-    """The KV indices of the cached page-aligned ``path``, in token order.
-
-    pre: page_size >= 1
-    pre: len(path) % page_size == 0 and cached_len(table, path, page_size) == len(path)
-    pre: all(len(page) == page_size for page in table.values())
-    post: len(__return__) == len(path)
-    """
-    return tuple(i for q in page_prefixes(path, page_size) for i in table[q])
-
-
-def child_paths(table: PageTable, path: PagePath, page_size: int) -> list[PagePath]:
-    """The cached positions exactly one page below ``path``.
-
-    pre: page_size >= 1
-    post: all(len(q) == len(path) + page_size and extends(q, path) for q in __return__)
-    """
-    below = len(path) + page_size
-    return [q for q in table if len(q) == below and extends(q, path)]
-
-
-def validate_index(value: object) -> int:
-    """Return ``value`` if it is a KV index (an int in ``[0, 2**63)``); else raise.
-
-    raises: TypeError, ValueError
-    post: 0 <= __return__ < MAX_TOKEN_ID
-    """
-    # Indices live in int64 tensors; bool is not an index
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise TypeError(f"KV index must be an int, got {type(value).__name__}")
-    if not 0 <= value < MAX_TOKEN_ID:
-        raise ValueError(f"KV index {value} is outside [0, 2**63)")
-    return int(value)
-
 
 class PrefixCacheModel:
     """The cached pages of a RadixCache, with lock handles and recency (see module doc)."""
 
-    def __init__(self, page_size: int = 1, victims: VictimOrder = LRU_LEAVES) -> None:
-        """An empty cache storing pages of ``page_size`` tokens.
+    def __init__(
+        self,
+        page_size: int = 1,
+        victims: VictimOrder = LRU_LEAVES,
+        *,
+        refresh_on: frozenset[str] = DEFAULT_REFRESH,
+        stores: bool = True,
+        eviction: Eviction = WHOLE_LEAVES,
+        report: EvictionReport = "per-node",
+    ) -> None:
+        """An empty cache storing pages of ``page_size`` tokens, under the engine's policies
+        (``radixkv_spec.policies``):
 
-        ``victims`` is the engine's victim-order policy (``radixkv_spec.policies``): which
-        leaf an eviction may take. Under a policy whose splits refresh the lower half too,
-        ``latest`` holds the latest tick such a refresh could have given each page.
+        ``victims``: which leaf an eviction may take. Under a policy whose splits refresh
+        the lower half too, ``latest`` holds the latest tick such a refresh could have
+        given each page. ``refresh_on``: the operations that refresh the path they touch,
+        ``insert`` always, ``match`` and ``unlock`` as the engine does (vLLM and MAX refresh
+        on release, not on lookup). ``stores``: ``False`` for a cache that never shares
+        (ChunkCache): every insert is dropped. ``eviction``: how much one eviction may free
+        (``WHOLE_LEAVES``, ``TAIL_PAGES``). ``report``: how it tells its frees (``per-node``,
+        or ``flat``: one list, regrouped by page, MAX's ``evict_blocks``).
 
         pre: page_size >= 1
         """
         require(page_size >= 1, f"page_size must be >= 1, got {page_size}")
         self.page_size = page_size
         self.victims = victims
+        self.refresh_on = refresh_on
+        self.stores = stores
+        self.eviction = eviction
+        self.report = report
         self.pages: dict[Namespace, dict[PagePath, tuple[int, ...]]] = {}
         self.recency: dict[Position, int] = {}
         self.latest: dict[Position, int] = {}
@@ -248,24 +219,22 @@ class PrefixCacheModel:
 
     # -------------------------------------------------------------- operations
 
-    def match(
-        self, ns: Namespace, tokens: Sequence[Token], refresh: bool = True
-    ) -> tuple[int, ...]:
+    def match(self, ns: Namespace, tokens: Sequence[Token]) -> MatchOutcome:
         """The KV indices of the longest cached page-aligned prefix of ``tokens``.
 
-        Takes one tick and stamps every position of the matched path with it, unless
-        ``refresh`` is False (an engine whose lookups leave recency alone: vLLM, MAX).
-        Raises ``TypeError`` / ``ValueError`` (before any change) for a bad key.
+        Takes one tick and stamps every position of the matched path with it, if the
+        engine's lookups refresh (``refresh_on``). Raises ``TypeError`` / ``ValueError``
+        (before any change) for a bad key.
         """
         ns = validate_namespace(ns)
         key = aligned(validate_tokens(tokens), self.page_size)
         path = key[: cached_len(self.table(ns), key, self.page_size)]
         tick = self._tick()
-        if refresh:
+        if "match" in self.refresh_on:
             self._touch(ns, path, tick)
         for q in page_prefixes(path, self.page_size):
             self.hits[(ns, q)] += 1
-        return self.indices_of(ns, path)
+        return MatchOutcome.of(self.indices_of(ns, path))
 
     def insert(
         self,
@@ -282,10 +251,13 @@ class PrefixCacheModel:
         inserted path with it. New pages take ``priority``; cached ones on the key keep
         the higher of theirs and it. Raises (before any change) ``TypeError`` / ``ValueError``
         for a bad key or index, and ``SpecUsageError`` if ``indices`` is shorter than the
-        aligned key or an adopted index is already cached.
+        aligned key or an adopted index is already cached. A cache that never shares
+        (``stores=False``) caches nothing: the caller keeps every index.
         """
         ns = validate_namespace(ns)
         key = aligned(validate_tokens(tokens), self.page_size)
+        if not self.stores:
+            return InsertOutcome(0, (), end=0)
         # INV-12: a value shorter than the aligned key would leave tokens without KV
         require(len(indices) >= len(key), f"{len(indices)} indices for {len(key)} tokens")
         values = tuple(validate_index(i) for i in indices[: len(key)])
@@ -317,7 +289,8 @@ class PrefixCacheModel:
     def unlock(
         self, ns: Namespace, prefix: Sequence[Token], obtained_at: int | None = None
     ) -> None:
-        """Give back one lock handle held at exactly ``prefix`` (the root: no-op).
+        """Give back one lock handle held at exactly ``prefix`` (the root: no-op); an engine
+        that refreshes on release (``refresh_on``) stamps the path with a new tick.
 
         Raises ``SpecUsageError`` if no handle is held there (or the handle is stale).
         """
@@ -329,26 +302,36 @@ class PrefixCacheModel:
         self.handles[(ns, path)] -= 1
         if not self.handles[(ns, path)]:
             del self.handles[(ns, path)]
+        if "unlock" in self.refresh_on:
+            self._touch(ns, path, self._tick())
 
     def apply_eviction(
-        self, target: int, groups: Sequence[Sequence[int]], waive: Waiver = never
-    ) -> None:
-        """Check an implementation's ``evict(target)`` and apply it to the model.
+        self, num_tokens: int, events: Sequence[FreeEvent], /, *, waive: Waiver = never
+    ) -> EvictionOutcome:
+        """Check an implementation's ``evict(num_tokens)`` and apply it to the model.
 
-        ``groups`` are the index lists the implementation freed, one per deleted node, in
-        deletion order. Raises ``SpecViolation`` (INV-7 / INV-11), leaving the model
-        unchanged, if the eviction was not admissible. A violation ``waive`` acknowledges
-        of a rule the model can go on after (where eviction stopped, the victim order) is
-        not raised.
+        ``events`` are its frees in order: one ``free`` per deleted node (or, under
+        ``report="flat"``, one for the whole eviction). Raises ``SpecViolation`` (INV-7 /
+        INV-11), leaving the model unchanged, if the eviction was not admissible. A
+        violation ``waive`` acknowledges of a rule the model can go on after (where
+        eviction stopped, the victim order, how much it freed) is not raised.
         """
         # A negative target is a usage error of evict(), rejected before any change
-        require(target >= 0, f"evict({target}): the target must be >= 0")
+        require(num_tokens >= 0, f"evict({num_tokens}): the target must be >= 0")
+        groups = [tuple(group) for kind, group in events if kind == "free"]
+        if self.report == "flat":
+            groups = self._regrouped([i for group in groups for i in group])
         before = self.copy()
         try:
-            self._evict(target, [tuple(group) for group in groups], waive)
+            deleted = self._evict(num_tokens, groups, waive)
+            freed = sum(map(len, groups))
+            message = f"{self.eviction.name} eviction freed {freed} for a target of {num_tokens}"
+            admissible = self.eviction.admissible(freed, num_tokens, self.page_size)
+            holds_or_waived(admissible, "INV-11", message, "amount-freed", waive)
         except SpecViolation:
             self._become(before)
             raise
+        return EvictionOutcome(freed, deleted=tuple(deleted))
 
     def evict(self, target: int) -> list[tuple[int, ...]]:
         """Evict like a conforming cache whose nodes are single pages; return the groups.
@@ -402,7 +385,7 @@ class PrefixCacheModel:
 
     def copy(self) -> "PrefixCacheModel":
         """An independent copy (tokens and indices are immutable, so one level deep)."""
-        twin = PrefixCacheModel(self.page_size, self.victims)
+        twin = copy.copy(self)  # the policies are immutable: shared
         twin._become(self)
         return twin
 
@@ -499,23 +482,25 @@ class PrefixCacheModel:
 
     # ---------------------------------------------------------------- eviction
 
-    def _evict(self, target: int, groups: list[tuple[int, ...]], waive: Waiver) -> None:
+    def _evict(self, target: int, groups: list[tuple[int, ...]], waive: Waiver) -> list[Position]:
+        """Delete each freed group's pages, each victim checked; return what was deleted."""
         # INV-11: a zero target deletes nothing
         message = f"evict({target}) deleted nodes"
         holds_or_waived(target > 0 or not groups, "INV-11", message, "zero-target", waive)
-        freed = 0
+        freed, deleted = 0, list[Position]()
         for group in groups:
             # INV-11: eviction stops as soon as the target is reached
             message = f"went on evicting after freeing {freed} >= {target}"
             holds_or_waived(freed < target, "INV-11", message, "past-target", waive)
-            self._evict_victim(group, waive)
+            deleted.extend(self._evict_victim(group, waive))
             freed += len(group)
         # INV-11: eviction stops short only when nothing evictable is left
         stopped_early = freed < target and bool(self.evictable_leaves())
         message = f"freed {freed} < {target} with leaves left"
         holds_or_waived(not stopped_early, "INV-11", message, "short", waive)
+        return deleted
 
-    def _evict_victim(self, group: tuple[int, ...], waive: Waiver) -> None:
+    def _evict_victim(self, group: tuple[int, ...], waive: Waiver) -> list[Position]:
         run = self._victim_run(group)
         ns, leaf = run[-1]
         # INV-11: a victim ends at a leaf: nothing is cached below it
@@ -541,6 +526,28 @@ class PrefixCacheModel:
         holds_or_waived(admitted, "INV-11", message, "victim-order", waive)
         for _, path in run:
             self._drop_page(ns, path)
+        return run
+
+    def _regrouped(self, flat: list[int]) -> list[tuple[int, ...]]:
+        """A flat eviction report as one group per page, in an order that deletes a leaf
+        each time, the least recent leaf first: the order a per-node report would give if
+        the eviction was admissible. Indices the model does not cache, and pages that never
+        become leaves, stay at the end for the eviction's checks to refuse."""
+        owners = self._index_owners()
+        left = {(ns, path) for ns, path, _ in (owners[i] for i in flat if i in owners)}
+        cached = set(self.positions())
+        ordered: list[tuple[int, ...]] = []
+        while left:
+            leaves = [q for q in left if not any((q[0], c) in cached for c in self.children(*q))]
+            if not leaves:
+                break
+            page = min(leaves, key=lambda q: (self.recency[q], len(q[1])))
+            ordered.append(self.pages[page[0]][page[1]])
+            left.discard(page)
+            cached.discard(page)
+        stuck = [self.pages[ns][path] for ns, path in left]  # never a leaf: not one path
+        unknown = [(i,) for i in flat if i not in owners]
+        return ordered + stuck + unknown
 
     def leaf_facts(self, position: Position) -> LeafFacts:
         """What a victim order may know about the cached page ``position``."""

@@ -10,22 +10,21 @@ accepts it only if it was admissible.
 import itertools
 from collections import Counter
 from collections.abc import Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Literal, TypeAlias
 
-from radixkv_spec.invariants import (
-    SpecViolation,
-    Waiver,
-    holds,
-    holds_or_waived,
-    never,
-    require,
+from radixkv_spec.invariants import SpecViolation, Waiver, holds, holds_or_waived, never, require
+from radixkv_spec.outcomes import (
+    EvictionOutcome,
+    FreeEvent,
+    InsertOutcome,
+    MatchOutcome,
+    ResetOutcome,
 )
-from radixkv_spec.outcomes import InsertOutcome, ResetOutcome
 from radixkv_spec.policies import LRU_LEAVES, READS_LEAF_FACTS, LeafFacts, VictimOrder
 from radixkv_spec.tokens import Namespace, Position, Token, aligned, extends
 
-FreeEvent: TypeAlias = tuple[str, tuple[int, ...]]  # ("free" | "free_swa", indices)
 DeadInsert: TypeAlias = Literal["dropped", "tombstoned"]
 
 
@@ -46,7 +45,10 @@ def window_holds(tombstoned: Sequence[bool], page_size: int, window: int) -> boo
 
 
 @dataclass
-class EvictionOutcome:
+class _Tally:
+    """What one eviction has freed so far, and the tombstone leaves it found (an insert
+    that caches tombstones may leave one: that is not the eviction's doing)."""
+
     full_evicted: int = 0
     swa_evicted: int = 0
     deleted: list[Position] = field(default_factory=list)
@@ -154,7 +156,7 @@ class SlidingWindowModel:
 
     # ---- operations ----------------------------------------------------------------------
 
-    def match(self, ns: Namespace, tokens: Sequence[Token]) -> tuple[int, ...]:
+    def match(self, ns: Namespace, tokens: Sequence[Token]) -> MatchOutcome:
         """The indices of the longest cached prefix that satisfies the window (INV-23)."""
         path = self.path_pages(ns, aligned(tokens, self.page_size))
         flags = [q in self.tombstones for q in path]
@@ -166,7 +168,7 @@ class SlidingWindowModel:
             ),
         )
         self._touch(path[:best], self._split_remainder(path[:best]))
-        return tuple(i for q in path[:best] for i in self.pages[q])
+        return MatchOutcome.of(tuple(i for q in path[:best] for i in self.pages[q]))
 
     def insert(
         self,
@@ -296,35 +298,46 @@ class SlidingWindowModel:
     def apply_eviction(
         self,
         num_tokens: int,
-        swa_num_tokens: int,
         events: Sequence[FreeEvent],
-        swa_locked: set[Position],
+        /,
+        *,
+        waive: Waiver = never,
+        swa_num_tokens: int = 0,
+        swa_locked: AbstractSet[Position] | None = None,
     ) -> EvictionOutcome:
-        """Check an implementation's ``evict`` (its free events, in order) and apply it.
+        """Check an implementation's ``evict(num_tokens, swa_num_tokens)`` (its ``free`` and
+        ``free_swa`` events, in order) and apply it.
 
         ``swa_locked`` are the positions the implementation held SWA-locked before the call
-        (node-granular, so at least ``minimum_windows()``). Raises SpecViolation (INV-11,
-        INV-20, INV-24) unless every step was admissible and the counts stop right.
+        (node-granular, so at least ``minimum_windows()``, which is what ``None`` means).
+        Each victim is checked as it goes, then where the eviction stopped, every rule on
+        its own. Raises SpecViolation (INV-11, INV-20, INV-24) unless every step was
+        admissible and the counts stop right, except for what ``waive`` acknowledges of the
+        rules the model can go on after (the victim order, where the eviction stopped).
         """
-        out = self.apply_free_events(num_tokens, swa_num_tokens, events, swa_locked)
-        for violation in self.eviction_end_violations(num_tokens, swa_num_tokens, out, swa_locked):
-            raise violation
-        return out
+        locked = self.minimum_windows() if swa_locked is None else swa_locked
+        tally = self._apply_frees(num_tokens, swa_num_tokens, events, locked, waive)
+        for violation in self._end_violations(num_tokens, swa_num_tokens, tally, locked):
+            if not waive(violation):
+                raise violation
+        return EvictionOutcome(tally.full_evicted, tally.swa_evicted, deleted=tuple(tally.deleted))
 
-    def apply_free_events(
+    def _apply_frees(
         self,
         num_tokens: int,
         swa_num_tokens: int,
         events: Sequence[FreeEvent],
-        swa_locked: set[Position],
-        waive: Waiver = never,
-    ) -> EvictionOutcome:
-        """Apply an ``evict``'s free events, checking each victim as it goes (the first
-        half of ``apply_eviction``; where the eviction stopped is not checked here). A
-        victim out of order that ``waive`` acknowledges is applied all the same."""
-        out = EvictionOutcome(tombstone_leaves_before=set(self._tombstone_leaves()))
+        swa_locked: AbstractSet[Position],
+        waive: Waiver,
+    ) -> _Tally:
+        """Apply an ``evict``'s free events, checking each victim as it goes (where the
+        eviction stopped is checked after). A victim out of order that ``waive``
+        acknowledges is applied all the same."""
+        out = _Tally(tombstone_leaves_before=set(self._tombstone_leaves()))
         phase1 = num_tokens > 0
         for kind, indices in events:
+            if kind not in ("free", "free_swa"):
+                continue  # not this model's part to judge: the owner ledger does
             run = self._run_of(indices)
             if phase1 and (out.full_evicted >= num_tokens or not self._evictable_leaves()):
                 phase1 = False
@@ -341,12 +354,12 @@ class SlidingWindowModel:
                 self._tombstone(run, out, swa_locked, waive)
         return out
 
-    def eviction_end_violations(
+    def _end_violations(
         self,
         num_tokens: int,
         swa_num_tokens: int,
-        out: EvictionOutcome,
-        swa_locked: set[Position],
+        out: _Tally,
+        swa_locked: AbstractSet[Position],
     ) -> list[SpecViolation]:
         """What is wrong with where an eviction stopped, every rule on its own.
 
@@ -357,12 +370,23 @@ class SlidingWindowModel:
         # a tombstone leaf an insert cached (dead_insert="tombstoned") is not the eviction's
         left_leaves = bool(set(self._tombstone_leaves()) - out.tombstone_leaves_before)
         wanted = out.swa_evicted < swa_num_tokens
-        rules = [  # (broken, invariant, what)
-            (left_leaves, "INV-20", "eviction left a tombstone leaf"),
-            (short_full and bool(self._evictable_leaves()), "INV-11", "phase 1 stopped early"),
-            (wanted and bool(self._swa_candidates(swa_locked)), "INV-11", "phase 2 stopped early"),
+        short = "freed-less-than-asked"
+        rules = [  # (broken, invariant, what, rule)
+            (left_leaves, "INV-20", "eviction left a tombstone leaf", "tombstone-leaf"),
+            (
+                short_full and bool(self._evictable_leaves()),
+                "INV-11",
+                "phase 1 stopped early",
+                short,
+            ),
+            (
+                wanted and bool(self._swa_candidates(swa_locked)),
+                "INV-11",
+                "phase 2 stopped early",
+                short,
+            ),
         ]
-        return [SpecViolation(inv, what) for broken, inv, what in rules if broken]
+        return [SpecViolation(inv, what, rule) for broken, inv, what, rule in rules if broken]
 
     def _run_of(self, indices: tuple[int, ...]) -> list[Position]:
         owners = {i: q for q, page in self.pages.items() for i in page}
@@ -398,13 +422,13 @@ class SlidingWindowModel:
     def _tombstone_leaves(self) -> list[Position]:
         return [q for q in self.tombstones if not self.children(q)]
 
-    def _swa_candidates(self, swa_locked: set[Position]) -> list[Position]:
+    def _swa_candidates(self, swa_locked: AbstractSet[Position]) -> list[Position]:
         return [q for q in self.pages if q not in self.tombstones and q not in swa_locked]
 
     def _delete(
         self,
         run: list[Position],
-        out: EvictionOutcome,
+        out: _Tally,
         lru: bool,
         among: list[Position],
         waive: Waiver,
@@ -433,7 +457,7 @@ class SlidingWindowModel:
             out.deleted.append(q)
 
     def _tombstone(
-        self, run: list[Position], out: EvictionOutcome, swa_locked: set[Position], waive: Waiver
+        self, run: list[Position], out: _Tally, swa_locked: AbstractSet[Position], waive: Waiver
     ) -> None:
         # INV-24: SWA KV of a lock's window is never freed, and a tombstone is not a leaf
         holds(

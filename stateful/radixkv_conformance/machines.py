@@ -14,10 +14,13 @@ without a model of their own (namespaces, hashing, reset, bad input, unlock chec
 handles, node events, caller buffers) switch rules on through preconditions. Engine
 differences come from the ``Profile``; nothing here is specific to one engine.
 
-The steps are written once, here; a mode gives data and spec policy only: the keywords its
-calls take (``insert_keywords``, ``evict_keywords``), what its spec model says a step does
-(``spec_match``, ``spec_insert``, ``apply_frees``) and its own checks of a step's result
-(``check_match_extras``, ``check_insert_extras``, ``check_reported_counts``).
+The steps are written once, here, and every spec model is called through one door
+(``radixkv_spec.CacheModel``): ``match``, ``insert``, ``apply_eviction`` with what the cache
+freed, in the allocator's words. A mode gives data only: its model (``new_model``, built
+with the engine's policies), the keywords its calls take (``insert_keywords``,
+``evict_keywords``), what its model needs besides the call's own arguments
+(``match_keywords``, ``before_eviction``), and its own checks of what a step returned
+(``check_match_extras``, ``check_insert_extras``).
 
 Each rule is a thin Hypothesis layer over a ``do_*`` method of plain values, and every
 ``do_*`` call is one step of the trace (FORMAT.md) that ``radixkv_conformance.trace``
@@ -31,7 +34,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, NoReturn, Protocol
+from typing import Any, ClassVar, NoReturn
 
 from hypothesis import currently_in_test_context, note, reject, target
 from hypothesis import strategies as st
@@ -47,9 +50,15 @@ from hypothesis.stateful import (
 )
 from radixkv_spec.hashing import page_hashes as spec_page_hashes
 from radixkv_spec.invariants import SpecViolation
-from radixkv_spec.outcomes import InsertOutcome, ResetOutcome
+from radixkv_spec.outcomes import (
+    EvictionOutcome,
+    FreeEvent,
+    InsertOutcome,
+    MatchOutcome,
+    ResetOutcome,
+)
 from radixkv_spec.situations import Situation, children_of, view_of
-from radixkv_spec.tokens import page_align
+from radixkv_spec.tokens import Position, page_align
 
 from radixkv_conformance.coverage import Probe
 from radixkv_conformance.findings import (
@@ -88,7 +97,6 @@ from radixkv_conformance.trace import trace_document
 
 Key = tuple[int, ...]
 Keywords = dict[str, Any]  # a call's keywords beyond the key and its indices
-Frees = list[tuple[str, tuple[int, ...]]]  # what the cache freed: (pool, indices), in order
 
 
 def chain_restarted(
@@ -227,30 +235,6 @@ class LockRef:
     refused: bool = False  # the cache (rightly) rejected the lock: nothing to undo
 
 
-class SpecMatch(Protocol):
-    """What a mode's spec model says a lookup returns (``spec_match``)."""
-
-    @property
-    def indices(self) -> tuple[int, ...]: ...
-
-    @property
-    def prefix_len(self) -> int: ...
-
-
-@dataclass(frozen=True)
-class PrefixMatch:
-    """A lookup that returns the indices of the prefix it matched, and nothing else."""
-
-    indices: tuple[int, ...]
-
-    @property
-    def prefix_len(self) -> int:
-        return len(self.indices)
-
-    def __str__(self) -> str:  # how a wrong match names it (a mode's match names itself)
-        return f"spec says {self.indices}"
-
-
 class ConformanceMachine(RuleBasedStateMachine):
     """The core every mode shares (see the module doc). ``session`` is set by
     ``machine_for``; everything else lives on the instance, one per run."""
@@ -265,6 +249,8 @@ class ConformanceMachine(RuleBasedStateMachine):
     insert step records them (``priority`` only where an insert passes one)."""
     evict_keywords: ClassVar[tuple[str, ...]] = ()
     """The mode's amounts ``evict`` takes besides ``num_tokens`` (0 when left out)."""
+    eviction_invariant: ClassVar[str] = "INV-11"
+    """The invariant a wrong eviction report breaks in this mode (INV-35 for Mamba)."""
     duplicate_messages: ClassVar[tuple[str, str]] = (
         "INV-7: the cache must free duplicates",
         "INV-7: insert freed {freed}; the caller owns duplicates",
@@ -302,7 +288,7 @@ class ConformanceMachine(RuleBasedStateMachine):
         self.trace: list[Step] = []
         self.acknowledged: list[tuple[int, str]] = []  # (step, id) of each known hit
         self.check = "setup"
-        self.events: list[tuple[str, tuple[int, ...]]] = []
+        self.events: list[FreeEvent] = []  # what the cache freed, in order
         self.copies: list[tuple[int, int]] = []
         # the last match: namespace, key, the engine's indices (a request resumes from them)
         self.last_match: tuple[Namespace, tuple[int, ...], tuple[int, ...]] | None = None
@@ -319,6 +305,8 @@ class ConformanceMachine(RuleBasedStateMachine):
         self.hash_of: dict[tuple[Namespace, tuple[int, ...]], object] = {}  # opaque hashes
         self.page_of: dict[object, tuple[Namespace, tuple[int, ...]]] = {}
         self.resets = 0
+        self.epoch = 0  # evictions so far; ``deleted_at``: the one that deleted a position
+        self.deleted_at: dict[Position, int] = {}
         self.unlock_by_token = True
         self.model: Any = self.new_model()
         self.probe = Probe(page_size, self.session.situations, self.session.coverage)
@@ -628,21 +616,21 @@ class ConformanceMachine(RuleBasedStateMachine):
             got = as_matched(self.sut.match(tokens, namespace))
             self.last_match = (namespace, tokens, tuple(got.indices))
             self.scribble_caller_buffers()
-            want = self.spec_match(namespace, tokens)
+            want = self.model.match(namespace, tokens, **self.match_keywords())
             step["expect"] = {"indices": list(want.indices)}
             self.require(
                 tuple(got.indices) == want.indices,
-                f"{self.match_invariant}: match gave {got.indices}, {want}",
+                f"{self.match_invariant}: match gave {got.indices}, spec says {want.indices}",
             )
             self.check_match_extras(got, want, step, copies)
             self.count("match")
             return self.ref(got.handle, namespace, tokens[: want.prefix_len])
 
-    def spec_match(self, namespace: Namespace, tokens: tuple[int, ...]) -> SpecMatch:
-        """What the mode's spec model matches (and refreshes) for this lookup."""
-        return PrefixMatch(tuple(self.model.match(namespace, tokens)))
+    def match_keywords(self) -> Keywords:
+        """What the mode's model needs to judge this lookup besides its key (nothing)."""
+        return {}
 
-    def check_match_extras(self, got: Matched, want: SpecMatch, step: Step, copies: int) -> None:
+    def check_match_extras(self, got: Matched, want: MatchOutcome, step: Step, copies: int) -> None:
         """The mode's checks of what a match returns besides its indices (none here)."""
 
     def do_insert(
@@ -671,7 +659,7 @@ class ConformanceMachine(RuleBasedStateMachine):
             seen = len(self.events)
             got = as_inserted(self.call_insert(step))
             self.scribble_caller_buffers()
-            spec = self.spec_insert(namespace, tokens, indices, keywords)
+            spec = self.model.insert(namespace, tokens, indices, **keywords)
             step["expect"] = {"prefix_len": spec.prefix_len}
             if spec.state_existed is not None:
                 step["expect"]["mamba_exist"] = spec.state_existed
@@ -699,12 +687,6 @@ class ConformanceMachine(RuleBasedStateMachine):
     def before_insert(self, indices: Indices, keywords: Keywords) -> None:
         """What the caller does before it inserts, besides holding ``indices`` (nothing)."""
 
-    def spec_insert(self, ns: Namespace, tokens: Key, indices: Key, kw: Keywords) -> InsertOutcome:
-        """Apply the insert to the spec model: what the cache must have done. Every model
-        takes the insert's keywords under the engine's names (``insert_keywords``)."""
-        outcome: InsertOutcome = self.model.insert(ns, tokens, indices, **kw)
-        return outcome
-
     def check_insert_extras(self, got: Inserted, spec: InsertOutcome, seen: int) -> None:
         """The mode's checks of an insert besides its prefix_len and duplicates (none)."""
 
@@ -712,34 +694,41 @@ class ConformanceMachine(RuleBasedStateMachine):
         """Evict ``num_tokens`` (and the mode's own ``amounts``).
 
         The mode's spec model takes what the cache freed, in order, checking each victim
-        and where the eviction stopped (``apply_frees``); the counts evict reported are
-        checked apart (``check_reported_counts``): a miscount must not hide a wrong victim,
-        nor the reverse.
+        and where the eviction stopped; the counts evict reported are checked apart: a
+        miscount must not hide a wrong victim, nor the reverse. The handles of the
+        positions it deleted go stale.
         """
         given = {k: amounts.get(k, 0) for k in self.evict_keywords}
         step = self.log("evict", num_tokens=num_tokens, **given)
         with self.checking("evict"):
-            before = self.before_eviction()
+            context = self.before_eviction()
             seen = len(self.events)
             got = self.call_evict(step)
-            freed = self.apply_frees(step, self.events[seen:], before)
+            frees = self.events[seen:]
+            step["observed"] = {"events": [[kind, list(payload)] for kind, payload in frees]}
+            freed: EvictionOutcome = self.model.apply_eviction(
+                num_tokens, frees, waive=self.waive, **given, **context
+            )
+            if freed.deleted:  # an eviction that deleted nothing leaves every handle live
+                self.epoch += 1
+            for position in freed.deleted:
+                self.deleted_at[position] = self.epoch
             with self.checking("evict: reported counts"):
                 self.check_reported_counts(got, freed)
             self.count("evict")
-            self.session.stats["evicted tokens"] += freed.full
+            self.session.stats["evicted tokens"] += freed.full_evicted
+            if freed.mamba_evicted:
+                self.session.stats["evicted slots"] += freed.mamba_evicted
 
-    def before_eviction(self) -> Any:
-        """What the mode reads of the cache before an eviction, for ``apply_frees`` (none)."""
-        return None
+    def before_eviction(self) -> Keywords:
+        """What the mode reads of the cache before an eviction, for its model (nothing)."""
+        return {}
 
-    def apply_frees(self, step: Step, frees: Frees, before: Any) -> Evicted:
-        """Record the frees of an eviction in its step (``observed``), apply them to the
-        spec model (each victim admissible; where it stopped); return what was freed."""
-        raise NotImplementedError  # each mode's rule set asks its model
-
-    def check_reported_counts(self, got: Evicted, freed: Evicted) -> None:
-        """What ``evict`` reported is what it freed."""
-        raise NotImplementedError  # each mode names its own counts
+    def check_reported_counts(self, got: Evicted, freed: EvictionOutcome) -> None:
+        """What ``evict`` reported is what it freed: full-KV tokens, SWA tokens, slots (a
+        count of a part the cache does not have is 0 on both sides)."""
+        spec = Evicted(freed.full_evicted, freed.swa_evicted, freed.mamba_evicted)
+        self.require(got == spec, f"{self.eviction_invariant}: evict reported {got}, freed {spec}")
 
     def do_lock(self, ref: NodeRef) -> LockRef:
         step = self.log("lock", node=ref.step)
@@ -788,8 +777,6 @@ class ConformanceMachine(RuleBasedStateMachine):
             self.sut.unlock(ref.handle, token)
             if ref.prefix:
                 self.model.unlock(ref.namespace, ref.prefix)
-                if "unlock" in self.profile.refresh_on:  # MAX: the model touches the path
-                    self.model.match(ref.namespace, ref.prefix)
             self.count("unlock")
 
     def do_unlock_without_lock(self, ref: NodeRef) -> None:

@@ -20,6 +20,7 @@ from radixkv_spec.events import HashPolicy, Layout
 from radixkv_spec.policies import (
     ANY_LEAF,
     DEEPEST_STATE,
+    DEFAULT_REFRESH,
     FIFO_LEAVES,
     FULL_KV,
     LFU_LEAVES,
@@ -27,9 +28,11 @@ from radixkv_spec.policies import (
     LRU_SPLIT_REFRESHES_BOTH,
     MRU_LEAVES,
     PRIORITY_LEAVES,
+    REFRESHES,
     TAIL_PAGES,
     WHOLE_LEAVES,
     Eviction,
+    EvictionReport,
     MambaMatchPolicy,
     VictimOrder,
 )
@@ -38,8 +41,6 @@ from radixkv_spec.tokens import Namespace
 Duplicates = Literal["caller", "cache", "kept"]
 ResetWhileHeld = Literal["resets", "refused"]
 Allocation = Literal["caller", "cache"]
-EvictionReport = Literal["per-node", "flat"]
-REFRESHES = frozenset({"insert", "match", "unlock"})
 LockModel = Literal["counts", "sets"]
 SwaLockTokens = Literal["exact", "optional"]
 SwaDeadInsert = Literal["dropped", "tombstoned"]
@@ -135,7 +136,7 @@ class Profile:
     duplicates: Duplicates = "caller"
     reset_frees: bool = True
     lock_model: LockModel = "counts"
-    refresh_on: frozenset[str] = frozenset({"insert", "match"})
+    refresh_on: frozenset[str] = DEFAULT_REFRESH
     stores: bool = True
     match_may_split: bool = True
     mamba_match: MambaMatchPolicy = DEEPEST_STATE

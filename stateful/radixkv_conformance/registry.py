@@ -30,12 +30,14 @@ RULE_SETS: dict[str, type[ConformanceMachine]] = {
 
 
 def rule_set(capabilities: frozenset[str]) -> type[ConformanceMachine]:
-    """The rule set of an adapter's mode: SWA, Mamba, or plain.
+    """The rule set of an adapter's mode: the one its capabilities name (``swa``,
+    ``mamba``), else plain.
 
-    Raises ``AdapterError`` when the adapter claims a capability that mode has no rule for:
-    a claim the kit would list as checked but never exercise is refused, never passed.
+    Raises ``AdapterError`` when the adapter claims a capability that mode has no rule for
+    (two parts, say): a claim the kit would list as checked but never exercise is refused,
+    never passed.
     """
-    mode = "mamba" if "mamba" in capabilities else "swa" if "swa" in capabilities else "plain"
+    mode = next((name for name in RULE_SETS if name in capabilities), "plain")
     rules = RULE_SETS[mode]
     unchecked = capabilities - rules.checks
     if unchecked:

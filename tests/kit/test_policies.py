@@ -23,6 +23,7 @@ from radixkv_conformance.replay import replay
 from radixkv_spec.invariants import SpecViolation
 from radixkv_spec.mamba import MambaCacheModel
 from radixkv_spec.model import PrefixCacheModel
+from radixkv_spec.outcomes import node_frees
 from radixkv_spec.policies import (
     ANY_LEAF,
     FULL_KV,
@@ -72,14 +73,14 @@ def _split_then_evict(victims: Any) -> PrefixCacheModel:
 def test_lru_takes_the_older_leaf_only() -> None:
     model = _split_then_evict(LRU_LEAVES)
     with pytest.raises(SpecViolation, match="INV-11"):
-        model.apply_eviction(1, [(20,)])  # (5,) is newer than (1,2,3)'s lower half
-    model.apply_eviction(1, [(11, 12)])
+        model.apply_eviction(1, node_frees([(20,)]))  # (5,) is newer than (1,2,3)'s lower half
+    model.apply_eviction(1, node_frees([(11, 12)]))
 
 
 def test_a_split_that_refreshes_both_halves_admits_the_other_leaf() -> None:
     """sglang stamps both halves of the split: (2,3) may be as recent as the match."""
-    _split_then_evict(LRU_SPLIT_REFRESHES_BOTH).apply_eviction(1, [(20,)])
-    _split_then_evict(LRU_SPLIT_REFRESHES_BOTH).apply_eviction(1, [(11, 12)])
+    _split_then_evict(LRU_SPLIT_REFRESHES_BOTH).apply_eviction(1, node_frees([(20,)]))
+    _split_then_evict(LRU_SPLIT_REFRESHES_BOTH).apply_eviction(1, node_frees([(11, 12)]))
 
 
 def test_split_refresh_still_rejects_a_leaf_no_split_could_refresh() -> None:
@@ -88,17 +89,17 @@ def test_split_refresh_still_rejects_a_leaf_no_split_could_refresh() -> None:
     model.insert(None, (5,), (20,))
     model.match(None, (5,))  # nothing below (5,): no split can refresh (1,)
     with pytest.raises(SpecViolation, match="INV-11"):
-        model.apply_eviction(1, [(20,)])
+        model.apply_eviction(1, node_frees([(20,)]))
 
 
 def test_any_leaf_admits_any_unlocked_leaf_and_keeps_recency() -> None:
     model = _split_then_evict(ANY_LEAF)
     recency = dict(model.recency)
-    model.apply_eviction(1, [(20,)])
+    model.apply_eviction(1, node_frees([(20,)]))
     assert all(model.recency[pos] == tick for pos, tick in recency.items() if pos in model.recency)
     model.lock(None, (1, 2, 3))
     with pytest.raises(SpecViolation, match="locked"):
-        model.apply_eviction(1, [(11, 12)])  # any *unlocked* leaf, still
+        model.apply_eviction(1, node_frees([(11, 12)]))  # any *unlocked* leaf, still
 
 
 def test_the_kit_reads_the_victim_order_for_any_engine() -> None:

@@ -17,6 +17,7 @@ from radixkv_conformance.replay import replay
 from radixkv_spec.invariants import SpecUsageError, SpecViolation
 from radixkv_spec.mamba import MambaCacheModel
 from radixkv_spec.model import PrefixCacheModel
+from radixkv_spec.outcomes import node_frees
 from radixkv_spec.policies import (
     FIFO_LEAVES,
     LFU_LEAVES,
@@ -60,11 +61,11 @@ def test_each_victim_order_admits_its_victim_and_no_other_policys(policy: str) -
         model = _five_leaves(ORDERS[policy])
         group = [model.indices_of(None, victim)]
         if other == policy:
-            model.apply_eviction(2, group)
+            model.apply_eviction(2, node_frees(group))
             assert not model.has_page(None, victim)
         else:
             with pytest.raises(SpecViolation, match=f"INV-11.*is not {policy}"):
-                model.apply_eviction(2, group)
+                model.apply_eviction(2, node_frees(group))
 
 
 def test_the_model_tracks_hits_births_and_priorities_per_page() -> None:
@@ -85,7 +86,7 @@ def test_a_page_added_again_starts_with_no_hits_and_a_new_birth() -> None:
     model.insert(None, (1,), (10,), priority=2)
     model.match(None, (1,))
     born = model.leaf_facts((None, (1,))).born
-    model.apply_eviction(1, [(10,)])
+    model.apply_eviction(1, node_frees([(10,)]))
     model.insert(None, (1,), (11,))
     assert model.leaf_facts((None, (1,)))[2:] == (0, model.clock, 0)
     assert model.leaf_facts((None, (1,))).born > born

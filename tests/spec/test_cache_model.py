@@ -2,7 +2,14 @@
 same records, whatever the cache's parts."""
 
 import pytest
-from radixkv_spec import CacheModel, InsertOutcome, ResetOutcome
+from radixkv_spec import (
+    CacheModel,
+    EvictionOutcome,
+    InsertOutcome,
+    MatchOutcome,
+    ResetOutcome,
+    SpecViolation,
+)
 from radixkv_spec.mamba import MambaCacheModel
 from radixkv_spec.model import PrefixCacheModel
 from radixkv_spec.swa import SlidingWindowModel
@@ -19,6 +26,11 @@ def _insert(model: CacheModel, tokens: tuple[int, ...], indices: tuple[int, ...]
     return model.insert(None, tokens, indices)
 
 
+def _slot_of(model: CacheModel, slot: int) -> list[tuple[str, tuple[int, ...]]]:
+    """A Mamba cache frees a deleted node's state slot right after its KV."""
+    return [("slot", (slot,))] if isinstance(model, MambaCacheModel) else []
+
+
 @pytest.mark.parametrize("model", _models(), ids=lambda m: type(m).__name__)
 def test_every_model_answers_through_the_same_door(model: CacheModel) -> None:
     assert isinstance(model, CacheModel)
@@ -27,11 +39,20 @@ def test_every_model_answers_through_the_same_door(model: CacheModel) -> None:
     # a request that computed (1, 2) again: its 20, 21 duplicate the cached 10, 11
     second = _insert(model, (1, 2, 3), (20, 21, 12))
     assert (second.prefix_len, second.dropped, second.end) == (2, (20, 21), 3)
+    matched = model.match(None, (1, 2, 9))
+    assert (matched.indices, matched.prefix_len) == ((10, 11), 2)
     model.lock(None, (1, 2, 3))
     assert model.protected_size() == 3 == model.total_size()
     model.check()
+    with pytest.raises(SpecViolation, match="INV-"):  # every page is held: none may go
+        model.apply_eviction(1, [("free", (12,))])
     model.unlock(None, (1, 2, 3))
     assert model.protected_size() == 0
+    _insert(model, (5,), (50,))
+    model.match(None, (1, 2, 3))  # (5,) is now the least recent leaf
+    freed = model.apply_eviction(1, [("free", (50,)), *_slot_of(model, 101)])
+    assert (freed.full_evicted, freed.deleted) == (1, ((None, (5,)),))
+    assert model.match(None, (5,)) == MatchOutcome((), 0)
     dropped = model.reset()
     assert isinstance(dropped, ResetOutcome)
     assert sorted(dropped.indices) == [10, 11, 12] and model.positions() == []
@@ -47,3 +68,16 @@ def test_each_part_fills_its_own_fields_and_leaves_the_others_at_their_defaults(
     assert mamba.reset() == ResetOutcome((10,), slots=(101,))
     window.insert(None, (1, 2), (10, 11), swa_evicted_seqlen=1)  # (1,) left the window
     assert window.reset() == ResetOutcome((10, 11), swa_live=(11,))
+
+
+def test_each_eviction_counts_what_its_part_frees() -> None:
+    window, mamba = SlidingWindowModel(1, 1), MambaCacheModel(1)
+    window.insert(None, (1, 2), (10, 11))
+    tombstoned = window.apply_eviction(0, [("free_swa", (10,))], swa_num_tokens=1)
+    assert tombstoned == EvictionOutcome(0, swa_evicted=1)  # (1,) keeps its full KV
+    _insert(mamba, (1,), (10,))
+    _insert(mamba, (1, 2), (10, 11))
+    inner = mamba.apply_eviction(0, [("slot", (101,))], mamba_slots=1)  # (1,)'s state
+    assert inner == EvictionOutcome(0, mamba_evicted=1)
+    whole = mamba.apply_eviction(2, [("free", (10, 11)), ("slot", (102,))])
+    assert whole == EvictionOutcome(2, mamba_evicted=1, deleted=((None, (1,)), (None, (1, 2))))

@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 from radixkv_spec.invariants import SpecViolation
-from radixkv_spec.mamba import Event, MambaCacheModel
+from radixkv_spec.mamba import MambaCacheModel
+from radixkv_spec.outcomes import FreeEvent
 
 
 def issue_30_cache() -> MambaCacheModel:
@@ -20,7 +21,7 @@ def issue_30_cache() -> MambaCacheModel:
     model.insert(None, [1, 2], [10, 11], 1)
     model.insert(None, [1, 2, 3], [10, 11, 12], 2)
     model.match(None, [1])
-    model.apply_eviction(0, 1, [("slot", 1)])  # [1, 2]'s state, the least recent
+    model.apply_eviction(0, [("slot", (1,))], mamba_slots=1)  # [1, 2]'s state, the least recent
     model.insert(None, [9], [13], 1)
     model.check()
     return model
@@ -38,8 +39,12 @@ def test_without_room_the_walk_measures_the_cache_as_it_is() -> None:
 
 def test_room_that_deletes_the_walked_kv_leaves_no_branching() -> None:
     model = issue_30_cache()
-    room: list[Event] = [("kv", (12,)), ("slot", 2), ("kv", (11,))]  # [1, 2, 3], its cascade
-    got = model.match(None, [1, 2, 5], room)
+    room: list[FreeEvent] = [
+        ("free", (12,)),
+        ("slot", (2,)),
+        ("free", (11,)),
+    ]  # [1, 2, 3], its cascade
+    got = model.match(None, [1, 2, 5], room=room)
     assert got.indices == (10,) and got.prefix_len == 1 and got.source_slot == 0
     assert got.branching_seqlen is None
     assert model.total_size() == 2 and not model.handles  # the copy's hold is given back
@@ -53,8 +58,8 @@ def test_room_that_keeps_part_of_the_walk_shortens_the_branching_point() -> None
     model.insert(None, [1], [10], 1)
     model.insert(None, [1, 2, 7], [10, 11, 14], 2)
     model.insert(None, [9], [15], 3)
-    room: list[Event] = [("kv", (12, 13)), ("slot", 0)]  # [1, 2] leads on to [1, 2, 7]
-    got = model.match(None, [1, 2, 3, 5], room)
+    room: list[FreeEvent] = [("free", (12, 13)), ("slot", (0,))]  # [1, 2] leads on to [1, 2, 7]
+    got = model.match(None, [1, 2, 3, 5], room=room)
     assert (got.prefix_len, got.source_slot, got.branching_seqlen) == (1, 1, 2)
 
 
@@ -62,7 +67,7 @@ def test_room_with_no_slot_freed_is_a_miss_at_the_root() -> None:
     model = MambaCacheModel(1)
     model.insert(None, [1, 2], [10, 11], 0)
     model.lock(None, [1, 2])  # the only state is held: nothing can make room
-    got = model.match(None, [1, 2, 3], [])
+    got = model.match(None, [1, 2, 3], room=[])
     assert (got.indices, got.prefix_len, got.source_slot) == ((), 0, None)
     assert got.branching_seqlen == 2  # the KV the cache still holds
 
@@ -71,17 +76,17 @@ def test_room_must_not_take_the_state_being_copied() -> None:
     model = issue_30_cache()
     before = snapshot(model)
     with pytest.raises(SpecViolation, match="INV-35"):
-        model.match(None, [1, 2, 5], [("slot", 0)])  # [1]'s own state: it is held
+        model.match(None, [1, 2, 5], room=[("slot", (0,))])  # [1]'s own state: it is held
     assert snapshot(model) == before
 
 
 def test_room_must_take_the_least_recent_state() -> None:
     model = issue_30_cache()
     with pytest.raises(SpecViolation, match="INV-35"):
-        model.match(None, [1, 2, 5], [("kv", (13,)), ("slot", 1)])  # [9] is more recent
+        model.match(None, [1, 2, 5], room=[("free", (13,)), ("slot", (1,))])  # [9] is more recent
 
 
 def test_room_where_no_copy_is_due_is_a_violation() -> None:
     model = issue_30_cache()
     with pytest.raises(SpecViolation, match="INV-34"):
-        model.match(None, [7], [])  # a miss copies nothing: it never asks for room
+        model.match(None, [7], room=[])  # a miss copies nothing: it never asks for room

@@ -6,6 +6,7 @@ from typing import Any
 import pytest
 from radixkv_spec.invariants import INVARIANTS, SpecUsageError, SpecViolation
 from radixkv_spec.model import PrefixCacheModel
+from radixkv_spec.outcomes import node_frees
 from radixkv_spec.tokens import Token
 
 
@@ -32,8 +33,8 @@ def rejected(model: PrefixCacheModel, error: type[Exception], call: Callable[[],
 
 def test_match_on_an_empty_cache_finds_nothing() -> None:
     model = cache(1)
-    assert model.match(None, [1, 2, 3]) == ()
-    assert model.match(None, []) == ()
+    assert model.match(None, [1, 2, 3]).indices == ()
+    assert model.match(None, []).indices == ()
 
 
 def test_insert_then_extend_reports_the_cached_prefix() -> None:
@@ -41,15 +42,15 @@ def test_insert_then_extend_reports_the_cached_prefix() -> None:
     assert model.insert(None, [1, 2, 3], [10, 11, 12]).prefix_len == 0
     assert model.insert(None, [1, 2, 3, 4, 5], [90, 91, 92, 13, 14]).prefix_len == 3
     # INV-12: the cache keeps its own indices for the prefix, adopts only the suffix
-    assert model.match(None, [1, 2, 3, 4, 5, 6]) == (10, 11, 12, 13, 14)
+    assert model.match(None, [1, 2, 3, 4, 5, 6]).indices == (10, 11, 12, 13, 14)
     assert model.total_size() == 5
     model.check()
 
 
 def test_match_stops_at_the_first_uncached_token() -> None:
     model = cache(1, ([1, 2, 3], [10, 11, 12]))
-    assert model.match(None, [1, 2, 9]) == (10, 11)
-    assert model.match(None, [9]) == ()
+    assert model.match(None, [1, 2, 9]).indices == (10, 11)
+    assert model.match(None, [9]).indices == ()
 
 
 def test_page_alignment_on_match_and_insert() -> None:
@@ -57,14 +58,14 @@ def test_page_alignment_on_match_and_insert() -> None:
     # Seven tokens are one whole page and a tail: only the page is cached
     assert model.insert(None, [1, 2, 3, 4, 5, 6, 7], range(100, 107)).prefix_len == 0
     assert model.total_size() == 4
-    assert model.match(None, [1, 2, 3, 4, 5, 6]) == (100, 101, 102, 103)
-    assert model.match(None, [1, 2, 3]) == ()
+    assert model.match(None, [1, 2, 3, 4, 5, 6]).indices == (100, 101, 102, 103)
+    assert model.match(None, [1, 2, 3]).indices == ()
 
 
 def test_sibling_pages_sharing_a_first_token_hold_their_own_indices() -> None:
     model = cache(2, ([1, 2], [10, 11]), ([1, 3], [20, 21]))
-    assert model.match(None, [1, 3]) == (20, 21)
-    assert model.match(None, [1, 2]) == (10, 11)
+    assert model.match(None, [1, 3]).indices == (20, 21)
+    assert model.match(None, [1, 2]).indices == (10, 11)
     assert model.cached_indices() == {
         10: (None, (1,)),
         11: (None, (1, 2)),
@@ -77,15 +78,15 @@ def test_namespaces_never_share_a_match() -> None:
     model = cache(1)
     for index, ns in enumerate((None, "", "a")):
         assert model.insert(ns, [1, 2], [10 * index, 10 * index + 1]).prefix_len == 0
-    assert model.match("", [1, 2]) == (10, 11)
-    assert model.match("b", [1, 2]) == ()
+    assert model.match("", [1, 2]).indices == (10, 11)
+    assert model.match("b", [1, 2]).indices == ()
     assert model.total_size() == 6
 
 
 def test_bigram_tokens_are_tuples() -> None:
     model = cache(1, ([(1, 2), (2, 3)], [10, 11]))
-    assert model.match(None, [(1, 2), (2, 4)]) == (10,)
-    assert model.match(None, [1, 2]) == ()
+    assert model.match(None, [(1, 2), (2, 4)]).indices == (10,)
+    assert model.match(None, [1, 2]).indices == ()
 
 
 def test_match_and_insert_refresh_their_whole_path() -> None:
@@ -142,7 +143,7 @@ class NumpyLikeInt:
 def test_integers_of_other_libraries_are_token_ids() -> None:
     model = cache(1)
     model.insert(None, [NumpyLikeInt()], [70])  # type: ignore[list-item]  # Token is int
-    assert model.match(None, [7]) == (70,)
+    assert model.match(None, [7]).indices == (70,)
 
 
 def test_bad_indices_are_rejected_before_any_change() -> None:
@@ -195,7 +196,7 @@ def test_lock_of_an_uncached_position_is_rejected() -> None:
 def test_handles_go_stale_when_their_path_is_evicted_and_reinserted() -> None:
     model = cache(1, ([1, 2], [10, 11]))
     taken = model.clock
-    model.apply_eviction(2, [(10, 11)])
+    model.apply_eviction(2, node_frees([(10, 11)]))
     assert model.handle_is_stale(None, [1, 2], taken)
     model.insert(None, [1, 2], [30, 31])
     assert model.handle_is_stale(None, [1, 2], taken)
@@ -217,8 +218,8 @@ def two_branches() -> PrefixCacheModel:
 
 def test_evicting_the_least_recent_leaf_is_accepted() -> None:
     model = two_branches()
-    model.apply_eviction(2, [(10, 11)])
-    assert model.match(None, [1, 2]) == ()
+    model.apply_eviction(2, node_frees([(10, 11)]))
+    assert model.match(None, [1, 2]).indices == ()
     assert model.total_size() == 2
     model.check()
 
@@ -226,19 +227,19 @@ def test_evicting_the_least_recent_leaf_is_accepted() -> None:
 def test_evicting_a_leaf_node_page_by_page_is_accepted() -> None:
     model = two_branches()
     # The tree may hold [1, 2] as two nodes: the lower one goes first
-    model.apply_eviction(2, [(11,), (10,)])
+    model.apply_eviction(2, node_frees([(11,), (10,)]))
     assert model.total_size() == 2
 
 
 def test_evicting_more_than_the_target_by_less_than_one_victim_is_accepted() -> None:
     model = two_branches()
-    model.apply_eviction(1, [(10, 11)])
+    model.apply_eviction(1, node_frees([(10, 11)]))
     assert model.total_size() == 2
 
 
 def test_evicting_everything_stops_when_nothing_is_left() -> None:
     model = two_branches()
-    model.apply_eviction(100, [(10, 11), (20, 21)])
+    model.apply_eviction(100, node_frees([(10, 11), (20, 21)]))
     assert model.total_size() == 0
     model.check()
 
@@ -249,14 +250,14 @@ def test_equal_recency_allows_either_victim() -> None:
         model.insert(None, [1], [10])
         model.insert(None, [2], [20])
         model.recency[(None, (1,))] = model.recency[(None, (2,))]
-        model.apply_eviction(1, [victim])
+        model.apply_eviction(1, node_frees([victim]))
 
 
 def test_a_multi_page_victim_is_whole_pages_in_path_order() -> None:
     model = cache(2, ([1, 2, 3, 4], [10, 11, 12, 13]))
-    rejected(model, SpecViolation, lambda: model.apply_eviction(1, [(13,)]))
-    rejected(model, SpecViolation, lambda: model.apply_eviction(1, [(12, 13, 10, 11)]))
-    model.apply_eviction(1, [(10, 11, 12, 13)])
+    rejected(model, SpecViolation, lambda: model.apply_eviction(1, node_frees([(13,)])))
+    rejected(model, SpecViolation, lambda: model.apply_eviction(1, node_frees([(12, 13, 10, 11)])))
+    model.apply_eviction(1, node_frees([(10, 11, 12, 13)]))
     assert model.total_size() == 0
 
 
@@ -264,7 +265,7 @@ def violation(model: PrefixCacheModel, target: int, groups: list[tuple[int, ...]
     """The INV id of the violation ``apply_eviction`` reports (the model stays unchanged)."""
     before = vars(model.copy())
     with pytest.raises(SpecViolation) as caught:
-        model.apply_eviction(target, groups)
+        model.apply_eviction(target, node_frees(groups))
     assert vars(model) == before
     assert caught.value.inv_id in INVARIANTS
     return caught.value.inv_id
@@ -278,7 +279,7 @@ def test_evicting_a_locked_leaf_is_a_violation() -> None:
     model = two_branches()
     model.lock(None, [1, 2])
     assert violation(model, 2, [(10, 11)]) == "INV-11"
-    model.apply_eviction(2, [(20, 21)])
+    model.apply_eviction(2, node_frees([(20, 21)]))
 
 
 def test_evicting_past_the_target_is_a_violation() -> None:
@@ -293,9 +294,9 @@ def test_stopping_short_of_the_target_is_a_violation() -> None:
 
 def test_a_zero_target_evicts_nothing_and_a_negative_one_is_rejected() -> None:
     model = two_branches()
-    model.apply_eviction(0, [])
+    model.apply_eviction(0, node_frees([]))
     assert violation(model, 0, [(10, 11)]) == "INV-11"
-    rejected(model, SpecUsageError, lambda: model.apply_eviction(-1, []))
+    rejected(model, SpecUsageError, lambda: model.apply_eviction(-1, node_frees([])))
     rejected(model, SpecUsageError, lambda: model.evict(-1))
 
 
@@ -312,8 +313,8 @@ def test_a_victim_that_cuts_off_a_sibling_branch_is_a_violation() -> None:
     model = cache(1, ([1, 2], [10, 11]), ([1, 3], [0, 21]))
     model.match(None, [1, 3])
     assert violation(model, 2, [(10, 11)]) == "INV-11"
-    model.apply_eviction(2, [(11,), (21,)])
-    assert model.match(None, [1, 2, 3]) == (10,)
+    model.apply_eviction(2, node_frees([(11,), (21,)]))
+    assert model.match(None, [1, 2, 3]).indices == (10,)
 
 
 def test_a_victim_must_be_a_leaf() -> None:
@@ -326,7 +327,7 @@ def test_the_models_own_eviction_is_admissible() -> None:
     model.lock(None, [3])
     twin = model.copy()
     groups = model.evict(3)
-    twin.apply_eviction(3, groups)
+    twin.apply_eviction(3, node_frees(groups))
     assert vars(twin) == vars(model)
     assert groups == [(11,), (10,), (21,)]
     model.check()

@@ -114,7 +114,7 @@ def test_an_allocation_that_evicts_and_one_refused_for_room() -> None:
     m.insert(None, (1, 2), (10, 11))
 
     def evict_then_insert() -> None:  # the cache freed [1, 2]'s last page to make room
-        m.apply_eviction(1, [(11,)])
+        m.apply_eviction(1, [("free", (11,))])
         m.insert(None, (3,), (11,))
 
     evicting = _step(m, "insert", evict_then_insert, tokens=(3,))

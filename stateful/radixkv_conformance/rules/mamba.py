@@ -26,20 +26,12 @@ from typing import Any, ClassVar
 
 from hypothesis import strategies as st
 from hypothesis.stateful import MultipleResults, invariant, multiple, precondition, rule
-from radixkv_spec.mamba import Event, MambaCacheModel, MambaMatch
-from radixkv_spec.outcomes import InsertOutcome
+from radixkv_spec.mamba import MambaCacheModel
+from radixkv_spec.outcomes import InsertOutcome, MatchOutcome
 from radixkv_spec.tokens import page_align
 
-from radixkv_conformance.machines import (
-    BAD_CALLS,
-    ConformanceMachine,
-    Frees,
-    Keywords,
-    NodeRef,
-    SpecMatch,
-    Step,
-)
-from radixkv_conformance.protocol import Evicted, Indices, Inserted, Matched, Namespace
+from radixkv_conformance.machines import BAD_CALLS, ConformanceMachine, Keywords, NodeRef, Step
+from radixkv_conformance.protocol import Indices, Inserted, Matched, Namespace
 from radixkv_conformance.strategies import EVICT_AMOUNTS, one_of
 
 UNUSED_SLOT = 10**9  # a slot nobody holds: in a bad call only the other argument is wrong
@@ -64,6 +56,7 @@ class MambaRules(ConformanceMachine):
     mode: ClassVar[str] = "mamba"
     checks = ConformanceMachine.checks | {"mamba"}
     match_invariant = "INV-34"
+    eviction_invariant = "INV-35"
     matched: Matched  # what the last match returned (its copy-on-write slot, ...)
     insert_keywords: ClassVar[dict[str, Any]] = {"state_slot": None}
     evict_keywords = ("mamba_slots",)
@@ -130,36 +123,30 @@ class MambaRules(ConformanceMachine):
         finally:
             self.lending = None
 
-    def spec_match(self, namespace: Namespace, tokens: tuple[int, ...]) -> MambaMatch:
-        """The spec's match; when the pool refused the copy a slot, what the cache freed
-        meanwhile is the copy's room-making eviction, and the match answers for the cache
-        that eviction left."""
+    def match_keywords(self) -> Keywords:
+        """When the pool refused the copy a slot, what the cache freed meanwhile is the
+        copy's room-making eviction (``room``): the spec's match answers for the cache that
+        eviction left. Otherwise a match frees nothing."""
         assert self.lending is not None
         frees = [(k, g) for k, g in self.events[self.lending.seen :] if k in ("free", "slot")]
         if not self.lending.refused:
             message = f"INV-34: a match with a slot for its copy freed {frees}"
             self.require(not frees, message, "freed")
-            want: MambaMatch = self.model.match(namespace, tokens)
-            return want
-        room: list[Event] = [("kv", g) if k == "free" else ("slot", g[0]) for k, g in frees]
-        self.trace[-1]["observed"] = {"room": [[k, p] for k, p in room]}
+            return {}
+        self.trace[-1]["observed"] = {"room": [[k, list(g)] for k, g in frees]}
         self.count("match at a full pool")
         self.session.stats["tokens evicted to make room"] += sum(
             len(g) for k, g in frees if k == "free"
         )
-        with self.checking("match: eviction to make room"):
-            want = self.model.match(namespace, tokens, room, self.waive)
-        return want
+        return {"room": frees, "waive": self.waive}
 
-    def check_match_extras(self, got: Matched, want: SpecMatch, step: Step, copies: int) -> None:
+    def check_match_extras(self, got: Matched, want: MatchOutcome, step: Step, copies: int) -> None:
         """The match's length, its branching point, and the copy of the matched state into
         a slot of the request's (copy-on-write), exactly when the spec says (INV-34). The
         request reads what the match returned in ``matched``."""
         self.matched = got
         if got.cow_slot is not None:  # the caller's until it inserts or frees it
             self.copies_held.add(got.cow_slot)
-        if not isinstance(want, MambaMatch):
-            raise TypeError(f"a Mamba match is a MambaMatch, not {want!r}")
         step["expect"].update(prefix_len=want.prefix_len, branching_seqlen=want.branching_seqlen)
         prefix_len = len(got.indices) if got.prefix_len is None else got.prefix_len
         self.require(prefix_len == want.prefix_len, f"INV-34: prefix_len {prefix_len}, spec {want}")
@@ -189,29 +176,6 @@ class MambaRules(ConformanceMachine):
         rule = "empty-key" if spec.end == 0 else "mamba-exist"
         message = f"INV-31: mamba_exist {got.mamba_exist}, the spec says {exist}"
         self.require(got.mamba_exist == exist, message, rule)
-
-    def apply_frees(self, step: Step, frees: Frees, before: Any) -> Evicted:
-        """KV groups and state slots, in the order the cache freed them."""
-        events: list[Event] = [
-            ("kv", g) if kind == "free" else ("slot", g[0])
-            for kind, g in frees
-            if kind in ("free", "slot")
-        ]
-        step["observed"] = {"events": [[k, p] for k, p in events]}
-        self.model.apply_eviction(step["num_tokens"], step["mamba_slots"], events, self.waive)
-        tokens = sum(len(g) for kind, g in frees if kind == "free")
-        slots = sum(1 for kind, _ in frees if kind == "slot")
-        self.session.stats["evicted slots"] += slots
-        return Evicted(tokens, mamba=slots)
-
-    def check_reported_counts(self, got: Evicted, freed: Evicted) -> None:
-        self.require(
-            got.full == freed.full, f"INV-35: full_evicted {got.full}, freed {freed.full} tokens"
-        )
-        self.require(
-            got.mamba == freed.mamba,
-            f"INV-35: mamba_evicted {got.mamba}, freed {freed.mamba} slots",
-        )
 
     def do_free_slot(self, slot: int) -> None:
         self.copies_held.discard(slot)

@@ -7,22 +7,12 @@ from typing import Any, ClassVar
 
 from hypothesis import strategies as st
 from hypothesis.stateful import MultipleResults, invariant, multiple, precondition, rule
-from radixkv_spec.model import PrefixCacheModel, cached_len
-from radixkv_spec.outcomes import InsertOutcome
+from radixkv_spec.model import PrefixCacheModel
+from radixkv_spec.pages import cached_len
 from radixkv_spec.tokens import page_align
 
-from radixkv_conformance.machines import (
-    ConformanceMachine,
-    Frees,
-    Key,
-    Keywords,
-    NodeRef,
-    PrefixMatch,
-    SpecMatch,
-    Step,
-    end_run,
-)
-from radixkv_conformance.protocol import Evicted, Namespace, NoRoom, as_inserted, token_places
+from radixkv_conformance.machines import ConformanceMachine, NodeRef, Step, end_run
+from radixkv_conformance.protocol import Namespace, NoRoom, as_inserted, token_places
 from radixkv_conformance.strategies import EVICT_AMOUNTS, TOKEN_ALPHABET, up_to
 
 REFUSED = object()
@@ -38,22 +28,17 @@ class PlainRules(ConformanceMachine):
     invariant_names = (*ConformanceMachine.invariant_names, "agrees_with_spec")
 
     def new_model(self) -> PrefixCacheModel:
-        return PrefixCacheModel(self.page_size, self.session.profile.victims)
+        profile = self.session.profile
+        return PrefixCacheModel(
+            self.page_size,
+            profile.victims,
+            refresh_on=profile.refresh_on,
+            stores=profile.stores,
+            eviction=profile.eviction,
+            report=profile.eviction_report,
+        )
 
     # ---- steps ---------------------------------------------------------------------------
-
-    def spec_match(self, namespace: Namespace, tokens: tuple[int, ...]) -> SpecMatch:
-        """A cache that stores nothing matches nothing; lookups refresh as the profile says."""
-        if not self.profile.stores:
-            return PrefixMatch(())
-        refresh = "match" in self.profile.refresh_on
-        return PrefixMatch(tuple(self.model.match(namespace, tokens, refresh)))
-
-    def spec_insert(self, ns: Namespace, tokens: Key, indices: Key, kw: Keywords) -> InsertOutcome:
-        """A cache that stores nothing adopts nothing (the caller frees every index)."""
-        if not self.profile.stores:
-            return InsertOutcome(0, (), end=0)
-        return super().spec_insert(ns, tokens, indices, kw)
 
     def do_owned_insert(
         self, tokens: tuple[int, ...], namespace: Namespace, priority: int | None
@@ -157,56 +142,12 @@ class PlainRules(ConformanceMachine):
                 self.model.lock(namespace, prefix)
             try:
                 freed = sum(map(len, groups))
-                self.model.apply_eviction(freed, groups, self.waive)
+                frees = [("free", group) for group in groups]
+                self.model.apply_eviction(freed, frees, waive=self.waive)
                 self.session.stats["tokens evicted to make room"] += freed
             finally:
                 if prefix and self.model.handle_count(namespace, prefix):
                     self.model.unlock(namespace, prefix)
-
-    def apply_frees(self, step: Step, frees: Frees, before: Any) -> Evicted:
-        """One group of indices per deleted node, in deletion order (regrouped when the
-        cache reports one flat list); then whether it freed as much as the profile asks."""
-        num_tokens = step["num_tokens"]
-        groups = [g for kind, g in frees if kind == "free"]
-        step["observed"] = {"freed": [list(g) for g in groups]}
-        if self.profile.eviction_report == "flat":
-            groups = self.regroup([i for g in groups for i in g])
-        self.model.apply_eviction(num_tokens, groups, self.waive)
-        freed = sum(len(g) for g in groups)
-        eviction = self.profile.eviction
-        with self.checking("evict: amount freed"):
-            self.require(
-                eviction.admissible(freed, num_tokens, self.page_size),
-                f"INV-11: {eviction.name} eviction freed {freed} for a target of {num_tokens}",
-            )
-        return Evicted(freed)
-
-    def check_reported_counts(self, got: Evicted, freed: Evicted) -> None:
-        self.require(
-            got.full == freed.full, f"INV-11: evict reported {got.full}, freed {freed.full}"
-        )
-
-    def regroup(self, flat: list[int]) -> list[tuple[int, ...]]:
-        """A flat eviction report (profile ``eviction_report="flat"``) as one group per page,
-        in an order that deletes a leaf each time, the least recent leaf first: the order a
-        per-node report would give if the eviction was admissible. Indices the model does not
-        cache, and pages that never become leaves, stay at the end for the model to refuse."""
-        m, p = self.model, self.page_size
-        owner = {i: (ns, path) for ns, path in m.positions() for i in m.pages[ns][path]}
-        left = {owner[i] for i in flat if i in owner}
-        cached = set(m.positions())
-        ordered: list[tuple[int, ...]] = []
-        while left:
-            leaves = [q for q in left if not any(c in cached for c in _children(q, cached, p))]
-            if not leaves:
-                break
-            page = min(leaves, key=lambda q: (m.recency[q], len(q[1])))
-            ordered.append(m.pages[page[0]][page[1]])
-            left.discard(page)
-            cached.discard(page)
-        stuck = [m.pages[ns][path] for ns, path in left]  # never a leaf: not one path
-        unknown = [(i,) for i in flat if i not in owner]
-        return ordered + stuck + unknown
 
     # ---- rules ---------------------------------------------------------------------------
 
@@ -306,15 +247,3 @@ def exactly(n: int) -> st.SearchStrategy[list[int]]:
 def held(ref: NodeRef) -> NodeRef | MultipleResults[NodeRef]:
     """What an insert gives the caller: its handle, or nothing when it was refused."""
     return multiple() if ref.handle is REFUSED else ref
-
-
-def _children(
-    page: tuple[Namespace, tuple[int, ...]], cached: set[Any], page_size: int
-) -> list[Any]:
-    """The cached pages right below ``page``."""
-    ns, path = page
-    return [
-        q
-        for q in cached
-        if q[0] == ns and len(q[1]) == len(path) + page_size and q[1][: len(path)] == path
-    ]

@@ -1,0 +1,76 @@
+"""The page map: the vocabulary every spec model keeps its KV in.
+
+A *page position* ``(ns, path)`` is a namespace and a non-empty page-aligned token prefix
+(``radixkv_spec.tokens``: ``Namespace``, ``PagePath``, ``Position``); it stands for the last
+page of ``path`` and maps to that page's ``page_size`` KV indices. One namespace's pages
+are a ``PageTable``; a cached set of positions is prefix-closed. The functions here walk
+a table the same way for every model (``PrefixCacheModel``, ``MambaCacheModel``), each a
+pure function whose contract CrossHair checks.
+"""
+
+from collections.abc import Mapping
+from typing import TypeAlias
+
+from radixkv_spec.tokens import MAX_TOKEN_ID, PagePath, extends
+
+# One namespace's cached pages: page position -> the KV indices of that page.
+PageTable: TypeAlias = Mapping[PagePath, tuple[int, ...]]
+
+
+def page_prefixes(path: PagePath, page_size: int) -> list[PagePath]:
+    """Every non-empty page-aligned prefix of ``path``, shortest first.
+
+    pre: page_size >= 1
+    post: len(__return__) == len(path) // page_size
+    post: all(len(q) == (i + 1) * page_size for i, q in enumerate(__return__))
+    """
+    return [path[:end] for end in range(page_size, len(path) + 1, page_size)]
+
+
+def cached_len(table: PageTable, key: PagePath, page_size: int) -> int:
+    """Length of the longest prefix of ``key`` whose every page is cached in ``table``.
+
+    pre: page_size >= 1
+    post: __return__ % page_size == 0 and 0 <= __return__ <= len(key)
+    post: all(key[:n] in table for n in range(page_size, __return__ + 1, page_size))
+    post: __return__ + page_size > len(key) or key[: __return__ + page_size] not in table
+    """
+    n = 0
+    while n + page_size <= len(key) and key[: n + page_size] in table:
+        n += page_size
+    return n
+
+
+def path_indices(table: PageTable, path: PagePath, page_size: int) -> tuple[int, ...]:
+    """The KV indices of the cached page-aligned ``path``, in token order.
+
+    pre: page_size >= 1
+    pre: len(path) % page_size == 0 and cached_len(table, path, page_size) == len(path)
+    pre: all(len(page) == page_size for page in table.values())
+    post: len(__return__) == len(path)
+    """
+    return tuple(i for q in page_prefixes(path, page_size) for i in table[q])
+
+
+def child_paths(table: PageTable, path: PagePath, page_size: int) -> list[PagePath]:
+    """The cached positions exactly one page below ``path``.
+
+    pre: page_size >= 1
+    post: all(len(q) == len(path) + page_size and extends(q, path) for q in __return__)
+    """
+    below = len(path) + page_size
+    return [q for q in table if len(q) == below and extends(q, path)]
+
+
+def validate_index(value: object) -> int:
+    """Return ``value`` if it is a KV index (an int in ``[0, 2**63)``); else raise.
+
+    raises: TypeError, ValueError
+    post: 0 <= __return__ < MAX_TOKEN_ID
+    """
+    # Indices live in int64 tensors; bool is not an index
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise TypeError(f"KV index must be an int, got {type(value).__name__}")
+    if not 0 <= value < MAX_TOKEN_ID:
+        raise ValueError(f"KV index {value} is outside [0, 2**63)")
+    return int(value)
