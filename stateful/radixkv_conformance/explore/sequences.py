@@ -119,13 +119,20 @@ class ExhaustiveReport:
             lines.append(f"    {self.acknowledged} sequences hit acknowledged findings")
         if self.representatives:
             lines.append(f"    one value each: {', '.join(sorted(self.representatives))}")
-        for i, finding in enumerate(self.findings.values(), 1):
-            lines.append(f"  finding {i} [{finding.id}] {finding.check}: {finding.message}")
-            lines += [f"      {line}" for line in finding.lines()]
+        lines += listed(self.findings.values())
         return "\n".join(lines)
 
 
 # ---- the exploration ------------------------------------------------------------------------
+
+
+def listed(findings: Iterable[ShortestFinding]) -> list[str]:
+    """A report's findings, numbered, each with its steps."""
+    lines: list[str] = []
+    for i, finding in enumerate(findings, 1):
+        lines.append(f"  finding {i} [{finding.id}] {finding.check}: {finding.message}")
+        lines += [f"      {line}" for line in finding.lines()]
+    return lines
 
 
 class Explorer:

@@ -41,6 +41,7 @@ from radixkv_conformance.explore.sequences import (
     Explorer,
     ShortestFinding,
     Target,
+    listed,
 )
 from radixkv_conformance.trace import slug
 
@@ -525,9 +526,7 @@ class StatesReport:
         lines += [f"    note: {note}" for note in self.notes]
         if self.acknowledged:
             lines.append(f"    {self.acknowledged} transitions hit acknowledged findings")
-        for i, finding in enumerate(self.findings.values(), 1):
-            lines.append(f"  finding {i} [{finding.id}] {finding.check}: {finding.message}")
-            lines += [f"      {line}" for line in finding.lines()]
+        lines += listed(self.findings.values())
         return "\n".join(lines)
 
 
