@@ -10,13 +10,13 @@
     radixkv replay [--cache radixkv|sglang] [--requests N] [--page-size P] [--plot FILE]
 
 The profile of policies is, in order: ``--profile NAME`` (a built-in one) or ``--profile
-MODULE:ATTR``; else the factory module's ``PROFILES[FACTORY]`` or ``PROFILE`` (``SEMANTICS``
-is read too, its former name); else, for a replay, the profile the trace names; else
-radixkv's. The adapter's capabilities come from the adapter itself. How long to search is
-the Hypothesis settings profile: ``--hypothesis-profile ci|dev|thorough`` (default
-``HYPOTHESIS_PROFILE``, else ci) or ``--thorough``; ``--profile ci|dev|thorough`` means the
-same. ``MODULE`` is looked up from the current folder first, as ``python -m`` does, so an
-adapter next to you needs no ``PYTHONPATH``.
+MODULE:ATTR``; else the factory module's ``PROFILES[FACTORY]`` or ``PROFILE``; else, for a
+replay, the profile the trace names; else radixkv's. The adapter's capabilities come from
+the adapter itself. How long to search is the Hypothesis settings profile:
+``--hypothesis-profile ci|dev|thorough`` (default ``HYPOTHESIS_PROFILE``, else ci) or
+``--thorough``; ``--profile ci|dev|thorough`` means the same. ``MODULE`` is looked up from
+the current folder first, as ``python -m`` does, so an adapter next to you needs no
+``PYTHONPATH``.
 
 A search goes on, seed after seed, until every situation the cache's capabilities declare
 was reached or ``--budget`` seconds per cache are spent (``radixkv_spec.situations``).

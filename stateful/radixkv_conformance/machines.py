@@ -141,7 +141,6 @@ CALL_FIELDS = (
     "swa_num_tokens",
     "mamba_slots",
 )
-MODES = ("plain", "swa", "mamba")
 REFRESHES = 80
 """How many times ``refresh_often`` matches one key in a row: enough for lazy structures
 that rebuild after many stale entries (radixkv's eviction heap: more than twice the leaves
@@ -166,12 +165,6 @@ class Session:
     situations: tuple[Situation, ...] = ()  # what the runs must reach (coverage.py)
     coverage: Counter[str] = field(default_factory=Counter)
     steer: bool = False  # favour runs that reach rare situations (searches after the first)
-
-    @property
-    def mode(self) -> str:
-        if "mamba" in self.capabilities:
-            return "mamba"
-        return "swa" if "swa" in self.capabilities else "plain"
 
 
 class IllegalStep(Exception):

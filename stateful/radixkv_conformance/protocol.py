@@ -71,7 +71,6 @@ different indices for the same first token.
 PagePlace = tuple[Namespace, tuple[int, ...]]
 """A cached page: namespace and the page-aligned path ending with it."""
 Contents = Mapping[TokenPlace, int] | Mapping[PagePlace, Indices]
-FreeSink = Callable[[Indices], None]
 
 
 class Sizes(NamedTuple):

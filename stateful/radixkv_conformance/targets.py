@@ -41,7 +41,7 @@ def load(target: str, options: dict[str, str] | None = None) -> tuple[Any, Any]:
     per_factory = getattr(module, "PROFILES", None)
     declared = per_factory.get(attr) if isinstance(per_factory, dict) else None
     if declared is None:
-        declared = getattr(module, "PROFILE", None) or getattr(module, "SEMANTICS", None)
+        declared = getattr(module, "PROFILE", None)
     factory = getattr(module, attr)
     if options:
         factory = functools.wraps(factory)(functools.partial(factory, **options))

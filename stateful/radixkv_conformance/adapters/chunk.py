@@ -9,7 +9,7 @@ import torch
 
 import radixkv
 from radixkv_conformance.profile import CHUNK_CACHE
-from radixkv_conformance.protocol import FreeSink, Sizes
+from radixkv_conformance.protocol import Host, Sizes
 from radixkv_conformance.protocol import TokenPlace as Slot
 
 PROFILE = CHUNK_CACHE
@@ -19,10 +19,10 @@ class ChunkCacheAdapter:
     usage_errors: tuple[type[BaseException], ...] = (radixkv.UsageError,)
     capabilities = frozenset({"namespaces", "reset", "bad_input"})
 
-    def __init__(self, page_size: int, sink: FreeSink) -> None:
+    def __init__(self, page_size: int, host: Host) -> None:
         assert page_size == 1, "ChunkCache has no page size"
         self.page_size = page_size
-        self.cache = radixkv.ChunkCache(_Refuse(sink))
+        self.cache = radixkv.ChunkCache(_Refuse(host))
 
     def match(self, tokens: tuple[Any, ...], namespace: Any) -> tuple[tuple[int, ...], Any]:
         result = self.cache.match_prefix(radixkv.RadixKey(list(tokens), namespace))
@@ -62,15 +62,15 @@ class ChunkCacheAdapter:
 
 
 class _Refuse:
-    """An allocator that forwards frees to the sink (the machine flags any as a bug)."""
+    """An allocator that forwards frees to ``host.free`` (the machine flags any as a bug)."""
 
-    def __init__(self, sink: FreeSink) -> None:
-        self.sink = sink
+    def __init__(self, host: Host) -> None:
+        self.host = host
         self.device = torch.device("cpu")
 
     def free(self, indices: torch.Tensor) -> None:
-        self.sink(tuple(int(i) for i in indices.tolist()))
+        self.host.free(tuple(int(i) for i in indices.tolist()))
 
 
-def factory(page_size: int, sink: FreeSink) -> ChunkCacheAdapter:
-    return ChunkCacheAdapter(page_size, sink)
+def factory(page_size: int, host: Host) -> ChunkCacheAdapter:
+    return ChunkCacheAdapter(page_size, host)

@@ -3,7 +3,7 @@
 A block is one page: the adapter passes each page's KV indices as one tuple-valued block,
 so the machine's per-token ownership checks apply unchanged. The trie reports no
 ``prefix_len`` (profile ``duplicates="kept"``); locks are fresh sequence ids; evicted
-blocks go to the sink one page at a time, in the order ``evict_blocks`` returns them.
+blocks go to ``host.free`` one page at a time, in the order ``evict_blocks`` returns them.
 
 The trie takes any hashable token (MAX's API: its callers may key it by words); the
 adapter plays a MAX engine, whose tokens are its tokenizer's ids, so it checks every key
@@ -21,7 +21,7 @@ from typing import Any
 import radixkv
 from radixkv.keys import validate_tokens
 from radixkv_conformance.profile import MAX_RADIX_TRIE
-from radixkv_conformance.protocol import FreeSink, Sizes
+from radixkv_conformance.protocol import Host, Sizes
 from radixkv_conformance.protocol import TokenPlace as Slot
 
 PROFILE = MAX_RADIX_TRIE
@@ -35,9 +35,9 @@ class RadixTrieAdapter:
         "refuses a bad token itself (the trie takes any hashable token)"
     )
 
-    def __init__(self, page_size: int, sink: FreeSink) -> None:
+    def __init__(self, page_size: int, host: Host) -> None:
         self.page_size = page_size
-        self.sink = sink
+        self.host = host
         self.trie = radixkv.RadixTrie(page_size)
         self.sequences = itertools.count()
 
@@ -73,7 +73,7 @@ class RadixTrieAdapter:
         wanted = num_tokens if num_tokens <= 0 else -(-num_tokens // p)
         evicted = self.trie.evict_blocks(wanted)
         for block in evicted:
-            self.sink(tuple(block))
+            self.host.free(tuple(block))
         return len(evicted) * p
 
     def sizes(self) -> Sizes:
@@ -108,5 +108,5 @@ class RadixTrieAdapter:
         )
 
 
-def factory(page_size: int, sink: FreeSink) -> RadixTrieAdapter:
-    return RadixTrieAdapter(page_size, sink)
+def factory(page_size: int, host: Host) -> RadixTrieAdapter:
+    return RadixTrieAdapter(page_size, host)

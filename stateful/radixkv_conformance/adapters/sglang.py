@@ -20,7 +20,7 @@ import torch
 
 from radixkv_conformance.adapters._sglang_import import import_module
 from radixkv_conformance.profile import SGLANG
-from radixkv_conformance.protocol import FreeSink, Sizes
+from radixkv_conformance.protocol import Host, Sizes
 from radixkv_conformance.protocol import TokenPlace as Slot
 
 NOTES = (
@@ -55,15 +55,15 @@ radix_cache = import_module("sglang.srt.mem_cache.radix_cache", SHELLS, STUBS)
 base = import_module("sglang.srt.mem_cache.base_prefix_cache", SHELLS, STUBS)
 
 
-class _SinkAllocator:
+class _HostAllocator:
     """The KV pool sglang frees into: forwards every freed index to the machine."""
 
-    def __init__(self, sink: FreeSink) -> None:
-        self.sink = sink
+    def __init__(self, host: Host) -> None:
+        self.host = host
         self.device = torch.device("cpu")
 
     def free(self, indices: torch.Tensor) -> None:
-        self.sink(tuple(int(i) for i in indices.tolist()))
+        self.host.free(tuple(int(i) for i in indices.tolist()))
 
     def free_segment(self, indices: torch.Tensor, start_pos: int = 0) -> None:
         self.free(indices[start_pos:])
@@ -81,10 +81,10 @@ class SglangRadixCacheAdapter:
     )
     notes = NOTES
 
-    def __init__(self, page_size: int, sink: FreeSink) -> None:
+    def __init__(self, page_size: int, host: Host) -> None:
         self.page_size = page_size
         self.cache = radix_cache.RadixCache.create_simulated(
-            mock_allocator=_SinkAllocator(sink), page_size=page_size
+            mock_allocator=_HostAllocator(host), page_size=page_size
         )
 
     def _key(self, tokens: tuple[Any, ...], namespace: Any) -> Any:
@@ -147,5 +147,5 @@ class SglangRadixCacheAdapter:
         return (tuple(nodes), self.sizes())
 
 
-def factory(page_size: int, sink: FreeSink) -> SglangRadixCacheAdapter:
-    return SglangRadixCacheAdapter(page_size, sink)
+def factory(page_size: int, host: Host) -> SglangRadixCacheAdapter:
+    return SglangRadixCacheAdapter(page_size, host)

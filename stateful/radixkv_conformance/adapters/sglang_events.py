@@ -33,7 +33,7 @@ import msgspec
 from radixkv_conformance.adapters import sglang as python_tree
 from radixkv_conformance.adapters._sglang_import import Stub
 from radixkv_conformance.profile import SGLANG
-from radixkv_conformance.protocol import FreeSink
+from radixkv_conformance.protocol import Host
 
 _KV_EVENTS = "sglang.srt.disaggregation.kv_events"
 
@@ -89,10 +89,10 @@ class SglangEventsAdapter(python_tree.SglangRadixCacheAdapter):
 
     capabilities = python_tree.SglangRadixCacheAdapter.capabilities | {"events"}
 
-    def __init__(self, page_size: int, sink: FreeSink) -> None:
+    def __init__(self, page_size: int, host: Host) -> None:
         self.page_size = page_size
         self.cache = radix_cache.RadixCache.create_simulated(
-            mock_allocator=python_tree._SinkAllocator(sink),
+            mock_allocator=python_tree._HostAllocator(host),
             page_size=page_size,
             enable_kv_cache_events=True,
         )
@@ -107,5 +107,5 @@ def _wire(event: Any) -> Any:
     return msgspec.msgpack.decode(msgspec.msgpack.encode(event))
 
 
-def factory(page_size: int, sink: FreeSink) -> SglangEventsAdapter:
-    return SglangEventsAdapter(page_size, sink)
+def factory(page_size: int, host: Host) -> SglangEventsAdapter:
+    return SglangEventsAdapter(page_size, host)

@@ -49,7 +49,7 @@ import torch
 from radixkv_conformance.adapters import sglang as python_tree
 from radixkv_conformance.adapters._sglang_import import import_module
 from radixkv_conformance.profile import LRU_SPLIT_REFRESHES_BOTH, Profile
-from radixkv_conformance.protocol import FreeSink, Sizes
+from radixkv_conformance.protocol import Host, Sizes
 from radixkv_conformance.protocol import TokenPlace as Slot
 
 SHELLS = (*python_tree.SHELLS, "sglang.srt.mem_cache.unified_cache")
@@ -110,9 +110,9 @@ class SglangRustTreeCoreAdapter:
     capabilities = CAPABILITIES
     notes = NOTES
 
-    def __init__(self, page_size: int, sink: FreeSink) -> None:
+    def __init__(self, page_size: int, host: Host) -> None:
         self.page_size = page_size
-        self.sink = sink
+        self.host = host
         self.core = controller.RustUnifiedTreeCore(self._init_params(page_size))
         self.slot_of: dict[int, Slot] = {}
         """Every index ever cached, named by the key it was inserted under."""
@@ -194,7 +194,7 @@ class SglangRustTreeCoreAdapter:
             action = actions.pop()
             if isinstance(action, cache_action.FreeDeviceKV):
                 for segment in action.indices:
-                    self.sink(tuple(int(i) for i in segment.tolist()))
+                    self.host.free(tuple(int(i) for i in segment.tolist()))
             else:
                 raise AssertionError(f"unexpected cache action {type(action).__name__}")
 
@@ -231,7 +231,7 @@ class SglangRustTreeCoreAdapter:
     def _drain(self, result: Any) -> int:
         """Free what one eviction step released; returns the FULL tokens it evicted."""
         for segment in result.device_frees.pop(FULL, []):
-            self.sink(tuple(int(i) for i in segment.tolist()))
+            self.host.free(tuple(int(i) for i in segment.tolist()))
         if result.device_frees or result.host_frees:
             raise AssertionError(f"frees of other components: {result.device_frees}")
         self._apply(result.cache_actions)
@@ -270,5 +270,5 @@ class SglangRustTreeCoreAdapter:
         )
 
 
-def factory(page_size: int, sink: FreeSink) -> SglangRustTreeCoreAdapter:
-    return SglangRustTreeCoreAdapter(page_size, sink)
+def factory(page_size: int, host: Host) -> SglangRustTreeCoreAdapter:
+    return SglangRustTreeCoreAdapter(page_size, host)

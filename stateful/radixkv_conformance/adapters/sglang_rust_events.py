@@ -29,7 +29,7 @@ import dataclasses
 from typing import Any
 
 from radixkv_conformance.adapters import sglang_rust as rust_tree
-from radixkv_conformance.protocol import FreeSink
+from radixkv_conformance.protocol import Host
 
 PROFILE = dataclasses.replace(rust_tree.PROFILE, event_hashes="opaque")
 
@@ -45,8 +45,8 @@ class SglangRustEventsAdapter(rust_tree.SglangRustTreeCoreAdapter):
 
     capabilities = rust_tree.CAPABILITIES | {"events"}
 
-    def __init__(self, page_size: int, sink: FreeSink) -> None:
-        super().__init__(page_size, sink)
+    def __init__(self, page_size: int, host: Host) -> None:
+        super().__init__(page_size, host)
         self.take_events()  # anything its construction recorded: not part of a run
 
     def _init_params(self, page_size: int, **options: Any) -> Any:
@@ -82,5 +82,5 @@ def _wire(event: tuple[Any, ...]) -> dict[str, Any]:
     raise AssertionError(f"unknown event from sglang's Rust core: {event!r}")
 
 
-def factory(page_size: int, sink: FreeSink) -> SglangRustEventsAdapter:
-    return SglangRustEventsAdapter(page_size, sink)
+def factory(page_size: int, host: Host) -> SglangRustEventsAdapter:
+    return SglangRustEventsAdapter(page_size, host)

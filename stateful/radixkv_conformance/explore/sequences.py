@@ -272,12 +272,9 @@ class _CopiesShareState(Exception):
 
 
 def _check_name(machine: Any) -> str | None:
-    """The check a machine says it was running (``check`` on the instance, or the older
-    class-level ``last_check``), if it says."""
-    for name in (getattr(machine, "check", None), getattr(type(machine), "last_check", None)):
-        if isinstance(name, str) and name:
-            return name
-    return None
+    """The check a machine says it was running (``check``), if it says."""
+    name = getattr(machine, "check", None)
+    return name if isinstance(name, str) and name else None
 
 
 def explore(
