@@ -1,5 +1,5 @@
 """Hypothesis profiles for every test run: HYPOTHESIS_PROFILE=ci|dev|thorough."""
 
-from radixkv_conformance.profiles import load_profile
+from radixkv_conformance.search_settings import load_profile
 
 load_profile()

@@ -14,9 +14,8 @@ MODULE:ATTR``; else the factory module's ``PROFILES[FACTORY]`` or ``PROFILE``; e
 replay, the profile the trace names; else radixkv's. The adapter's capabilities come from
 the adapter itself. How long to search is the Hypothesis settings profile:
 ``--hypothesis-profile ci|dev|thorough`` (default ``HYPOTHESIS_PROFILE``, else ci) or
-``--thorough``; ``--profile ci|dev|thorough`` means the same. ``MODULE`` is looked up from
-the current folder first, as ``python -m`` does, so an adapter next to you needs no
-``PYTHONPATH``.
+``--thorough``. ``MODULE`` is looked up from the current folder first, as ``python -m``
+does, so an adapter next to you needs no ``PYTHONPATH``.
 
 A search goes on, seed after seed, until every situation the cache's capabilities declare
 was reached or ``--budget`` seconds per cache are spent (``radixkv_spec.situations``).
@@ -87,8 +86,11 @@ def _command(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         return replay.command(args)
     settings_profile = args.hypothesis_profile or ("thorough" if args.thorough else None)
     profile_name = args.profile
-    if profile_name in SETTINGS_PROFILES:
-        settings_profile, profile_name = profile_name, None
+    if profile_name in SETTINGS_PROFILES:  # one word, one meaning: a profile is an engine's
+        parser.error(
+            f"--profile names an engine's policies; {profile_name!r} is how long to search: "
+            f"--hypothesis-profile {profile_name}"
+        )
     if settings_profile is not None:
         os.environ["HYPOTHESIS_PROFILE"] = settings_profile
     os.environ.setdefault("HYPOTHESIS_PROFILE", "ci")
@@ -275,12 +277,12 @@ def _profile(name: str | None, declared: Any, fallback: Any = None) -> Any:
 
 
 def _check(targets: list[tuple[str, str]], profile_name: str | None, args: Any) -> int:
-    from radixkv_conformance import profiles
+    from radixkv_conformance import search_settings
     from radixkv_conformance.conformance import run_conformance
     from radixkv_conformance.explore.states import parse_bounds
     from radixkv_conformance.progress import Progress
 
-    settings_name = profiles.load_profile()
+    settings_name = search_settings.load_profile()
     print(
         f"radixkv check: Hypothesis settings profile {settings_name!r}, "
         f"budget {args.budget:g}s per cache"

@@ -124,11 +124,6 @@ class ConformanceReport:
         return "ok"
 
     @property
-    def semantics(self) -> Profile:
-        """The profile (its name before profiles were policies)."""
-        return self.profile
-
-    @property
     def passed(self) -> bool:
         return not self.failures
 
@@ -213,7 +208,7 @@ def run_conformance(
     """Model-check the cache ``factory`` builds against the spec, under ``profile``.
 
     ``settings`` are Hypothesis settings (default: the loaded settings profile, see
-    ``radixkv_conformance.profiles``). Never raises for a finding (call
+    ``radixkv_conformance.search_settings``). Never raises for a finding (call
     ``raise_for_failures()`` on the report); raises ``AdapterError`` before any step when
     the adapter lacks what it claims. ``known`` finding ids are acknowledged: a hit is
     recorded and the run goes on past it (``ConformanceMachine.require``). ``progress``

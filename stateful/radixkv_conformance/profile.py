@@ -8,7 +8,7 @@ every mode, ``--replay`` included; ``--profile NAME`` picks a built-in one and `
 MODULE:ATTR`` any other.
 
 Not to be confused with the *Hypothesis* settings profiles in
-``radixkv_conformance.profiles`` (``ci`` / ``dev`` / ``thorough``): how long to search.
+``radixkv_conformance.search_settings`` (``ci`` / ``dev`` / ``thorough``): how long to search.
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ import functools
 from typing import Any
 
 import pytest
-import radixkv_conformance.profiles  # noqa: F401  # registers radixkv's "ci" profile
+import radixkv_conformance.search_settings  # noqa: F401  # registers radixkv's "ci" profile
 from hypothesis import settings
 from radixkv_conformance import run_conformance
 from radixkv_conformance.adapters import planted

@@ -37,3 +37,12 @@ def test_a_usage_error_is_one_line_and_status_2(
 def test_debug_shows_the_traceback() -> None:
     with pytest.raises(ModuleNotFoundError, match="no_such_module"):
         main(["check", "no_such_module:factory", "--debug"])
+
+
+def test_profile_names_an_engines_policies_not_how_long_to_search(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["check", TRIE, "--profile", "ci"])
+    assert exited.value.code == 2
+    assert "--hypothesis-profile ci" in capsys.readouterr().err

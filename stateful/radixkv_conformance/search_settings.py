@@ -1,4 +1,5 @@
-"""Hypothesis profiles for the machines, chosen with ``HYPOTHESIS_PROFILE``.
+"""How long the machines search: Hypothesis settings profiles, chosen with
+``HYPOTHESIS_PROFILE`` (not the engine ``Profile`` of ``radixkv_conformance.profile``).
 
 ``ci`` fits a 2-core CI run and is derandomized, so a red CI run reproduces exactly;
 ``thorough`` is the long run users start by hand (``tox -e thorough``). No profile keeps an
