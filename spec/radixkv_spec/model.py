@@ -55,7 +55,6 @@ from radixkv_spec.policies import (
     LRU_LEAVES,
     WHOLE_LEAVES,
     Eviction,
-    EvictionReport,
     LeafFacts,
     VictimOrder,
 )
@@ -82,7 +81,7 @@ class PrefixCacheModel:
         refresh_on: frozenset[str] = DEFAULT_REFRESH,
         stores: bool = True,
         eviction: Eviction = WHOLE_LEAVES,
-        report: EvictionReport = "per-node",
+        flat_report: bool = False,
     ) -> None:
         """An empty cache storing pages of ``page_size`` tokens, under the engine's policies
         (``radixkv_spec.policies``):
@@ -93,8 +92,8 @@ class PrefixCacheModel:
         ``insert`` always, ``match`` and ``unlock`` as the engine does (vLLM and MAX refresh
         on release, not on lookup). ``stores``: ``False`` for a cache that never shares
         (ChunkCache): every insert is dropped. ``eviction``: how much one eviction may free
-        (``WHOLE_LEAVES``, ``TAIL_PAGES``). ``report``: how it tells its frees (``per-node``,
-        or ``flat``: one list, regrouped by page, MAX's ``evict_blocks``).
+        (``WHOLE_LEAVES``, ``TAIL_PAGES``). ``flat_report``: it tells an eviction's frees as
+        one list, not one group per deleted node (MAX's ``evict_blocks``): regrouped by page.
 
         pre: page_size >= 1
         """
@@ -104,7 +103,7 @@ class PrefixCacheModel:
         self.refresh_on = refresh_on
         self.stores = stores
         self.eviction = eviction
-        self.report = report
+        self.flat_report = flat_report
         self.pages: dict[Namespace, dict[PagePath, tuple[int, ...]]] = {}
         self.recency: dict[Position, int] = {}
         self.latest: dict[Position, int] = {}
@@ -311,7 +310,7 @@ class PrefixCacheModel:
         """Check an implementation's ``evict(num_tokens)`` and apply it to the model.
 
         ``events`` are its frees in order: one ``free`` per deleted node (or, under
-        ``report="flat"``, one for the whole eviction). Raises ``SpecViolation`` (INV-7 /
+        ``flat_report``, one for the whole eviction). Raises ``SpecViolation`` (INV-7 /
         INV-11), leaving the model unchanged, if the eviction was not admissible. A
         violation ``waive`` acknowledges of a rule the model can go on after (where
         eviction stopped, the victim order, how much it freed) is not raised.
@@ -319,7 +318,7 @@ class PrefixCacheModel:
         # A negative target is a usage error of evict(), rejected before any change
         require(num_tokens >= 0, f"evict({num_tokens}): the target must be >= 0")
         groups = [tuple(group) for kind, group in events if kind == "free"]
-        if self.report == "flat":
+        if self.flat_report:
             groups = self._regrouped([i for group in groups for i in group])
         before = self.copy()
         try:

@@ -13,7 +13,7 @@ groups every policy (``radixkv_conformance.profile.Profile``).
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal, NamedTuple
+from typing import NamedTuple
 
 Recency = tuple[int, int]
 """A page's recency as (earliest, latest) tick it may carry: equal under a policy whose
@@ -185,10 +185,6 @@ class TailPages:
 Eviction = WholeLeaves | TailPages
 WHOLE_LEAVES = WholeLeaves()
 TAIL_PAGES = TailPages()
-
-EvictionReport = Literal["per-node", "flat"]
-"""How an eviction tells its frees: one group per deleted node, in deletion order
-(``per-node``), or one list for the whole eviction (``flat``: MAX's ``evict_blocks``)."""
 
 REFRESHES = frozenset({"insert", "match", "unlock"})
 """The operations that may refresh the recency of the path they touch."""

@@ -32,7 +32,6 @@ from radixkv_spec.policies import (
     TAIL_PAGES,
     WHOLE_LEAVES,
     Eviction,
-    EvictionReport,
     MambaMatchPolicy,
     VictimOrder,
 )
@@ -41,6 +40,7 @@ from radixkv_spec.tokens import Namespace
 Duplicates = Literal["caller", "cache", "kept"]
 ResetWhileHeld = Literal["resets", "refused"]
 Allocation = Literal["caller", "cache"]
+EvictionReport = Literal["per-node", "flat"]
 LockModel = Literal["counts", "sets"]
 SwaLockTokens = Literal["exact", "optional"]
 SwaDeadInsert = Literal["dropped", "tombstoned"]

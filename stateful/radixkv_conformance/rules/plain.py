@@ -35,7 +35,7 @@ class PlainRules(ConformanceMachine):
             refresh_on=profile.refresh_on,
             stores=profile.stores,
             eviction=profile.eviction,
-            report=profile.eviction_report,
+            flat_report=profile.eviction_report == "flat",
         )
 
     # ---- steps ---------------------------------------------------------------------------
