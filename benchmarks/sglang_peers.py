@@ -110,7 +110,7 @@ class _NoStreamingSessions:
 
 
 def _drop_foreign_stubs() -> None:
-    """The driver's own sglang cache (``radixkv replay --compare sglang``) is loaded by the
+    """The driver's own sglang cache (``radixkv drive --compare sglang``) is loaded by the
     conformance kit's loader, which stubs modules this one imports for real (the Rust
     controller's allocator package, for one). Drop those stubs from ``sys.modules`` so the
     real modules load; a module already imported keeps what it took from them."""
@@ -168,7 +168,7 @@ class SglangRustReplay(SglangReplay):
     (keys: ``array('q')``). The controller frees evicted indices into the pool itself."""
 
     name = "sglang-rust"
-    # what its first call imports: `radixkv replay --compare` checks them before any work
+    # what its first call imports: `radixkv drive --compare` checks them before any work
     requires = (
         ("sglang", SGLANG_WHEEL),
         ("msgspec", "pip install msgspec"),

@@ -156,7 +156,7 @@ def states_table(out: str) -> str:
 
 
 def policies_table(out: str) -> str:
-    """The hit-rate table ``radixkv replay --policy-plot`` prints."""
+    """The hit-rate table ``radixkv drive --policy-plot`` prints."""
     return printed_table(out, "| pool (tokens) |")
 
 
@@ -247,7 +247,7 @@ FIGURES = {
     "states": Figure(lambda _: ["check", "--states", "ci"], states_table),
     "exhaustive": Figure(lambda _: ["check", "--exhaustive", "2"], exhaustive_table),
     "policies": Figure(
-        lambda _: ["replay", "--requests", "2000", "--prompt-len", "1024", *POLICY_PLOT],
+        lambda _: ["drive", "--requests", "2000", "--prompt-len", "1024", *POLICY_PLOT],
         policies_table,
         lambda _: "The plot it draws (with matplotlib) is left in a temporary folder.",
     ),

@@ -7,7 +7,7 @@
     radixkv check --replay TRACE.json [MODULE:FACTORY] [--profile P] [--minimize OUT]
     radixkv check --exhaustive N [MODULE:FACTORY]   # every sequence up to N steps
     radixkv check --states BOUNDS [MODULE:FACTORY]  # every reachable state, breadth first
-    radixkv replay [--cache radixkv|sglang] [--requests N] [--page-size P] [--plot FILE]
+    radixkv drive [--cache radixkv|sglang] [--requests N] [--page-size P] [--plot FILE]
 
 The profile of policies is, in order: ``--profile NAME`` (a built-in one) or ``--profile
 MODULE:ATTR``; else the factory module's ``PROFILES[FACTORY]`` or ``PROFILE``; else, for a
@@ -80,8 +80,11 @@ def _one_line(error: BaseException) -> str:
 def _command(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     if os.getcwd() not in sys.path:  # an adapter in the current folder, as `python -m` finds it
         sys.path.insert(0, os.getcwd())
-    if args.command == "replay":
+    if args.command in ("drive", "replay"):
         from radixkv.driver import replay
+
+        if args.command == "replay":  # one word, one meaning: a replay is a finding's trace
+            print("radixkv replay is now radixkv drive", file=sys.stderr)
 
         return replay.command(args)
     settings_profile = args.hypothesis_profile or ("thorough" if args.thorough else None)
@@ -222,7 +225,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _sglang_adapter() -> Any:
-    """The kit's sglang adapter (it loads sglang's bare tree): ``radixkv replay --cache sglang``."""
+    """The kit's sglang adapter (it loads sglang's bare tree): ``radixkv drive --cache sglang``."""
     return importlib.import_module("radixkv_conformance.adapters.sglang")
 
 

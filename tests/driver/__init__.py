@@ -1,2 +1,2 @@
-"""The workload driver: radixkv replay, its plots and policies, and the benchmark scripts run
+"""The workload driver: radixkv drive, its plots and policies, and the benchmark scripts run
 small."""

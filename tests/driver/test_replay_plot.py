@@ -1,5 +1,5 @@
-"""``radixkv replay --plot``: caches swept over one trace and drawn on the same axes, the
-numbers on stdout; and ``radixkv replay --help`` in plain text with its defaults."""
+"""``radixkv drive --plot``: caches swept over one trace and drawn on the same axes, the
+numbers on stdout; and ``radixkv drive --help`` in plain text with its defaults."""
 
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ MADE_UP = [
 
 def test_replay_help_is_plain_text_with_defaults(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as done:
-        main(["replay", "--help"])
+        main(["drive", "--help"])
     assert done.value.code == 0
     text = capsys.readouterr().out
     assert "``" not in text, "reStructuredText markup in --help"
@@ -79,7 +79,7 @@ def test_the_ratio_range_is_what_the_runs_allow() -> None:
 
 def test_replay_refuses_zero_repeats(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as done:
-        main(["replay", "--plot", "x.png", "--repeats", "0"])
+        main(["drive", "--plot", "x.png", "--repeats", "0"])
     assert done.value.code == 2
     assert "expected a whole number, 1 or more" in capsys.readouterr().err
 
@@ -124,7 +124,7 @@ from radixkv.driver.replay import resolve_cache
 from radixkv.driver.scheduler import replay
 from radixkv.driver.workload import WorkloadConfig, generate
 
-cli._parser()  # registers "sglang" (the kit's adapter), as `radixkv replay` does
+cli._parser()  # registers "sglang" (the kit's adapter), as `radixkv drive` does
 requests = list(generate(WorkloadConfig(seed=3, requests=24, prompt_len=64)))
 for name in ("sglang", "benchmarks.sglang_peers:SglangRustReplay"):  # the kit's loader first
     report = replay(resolve_cache(name), requests, page_size=1, pool_size=64 * 8)

@@ -1,4 +1,4 @@
-"""``radixkv replay --policy`` and the hit-rate-per-policy sweep (radixkv.driver.replay)."""
+"""``radixkv drive --policy`` and the hit-rate-per-policy sweep (radixkv.driver.replay)."""
 
 from __future__ import annotations
 
@@ -95,7 +95,7 @@ def test_without_matplotlib_the_plot_is_a_csv_and_says_so(
 def test_the_cli_takes_policy(capsys: pytest.CaptureFixture[str]) -> None:
     from radixkv_conformance.cli import main
 
-    args = ["replay", "--requests", "40", "--prompt-len", "128", "--pool-size", "1536"]
+    args = ["drive", "--requests", "40", "--prompt-len", "128", "--pool-size", "1536"]
     assert main([*args, "--policy", "mru", "--no-progress"]) == 0
     assert "eviction policy mru" in capsys.readouterr().out
     with pytest.raises(SystemExit):

@@ -1,4 +1,4 @@
-"""``radixkv replay`` checks what each cache it will replay needs before any work (issue 30,
+"""``radixkv drive`` checks what each cache it will replay needs before any work (issue 30,
 first hour, item 3): with sglang absent, ``--compare sglang`` used to replay radixkv, sweep it,
 and only then die in a 45-line traceback. Now a missing module is one line on stderr naming
 what installs it, status 2, and nothing on stdout (no trace was replayed)."""
@@ -14,7 +14,7 @@ from radixkv_conformance.cli import main
 from radixkv.driver import caches
 from radixkv.driver.caches import CACHES, SGLANG_WHEEL, installed, missing_requirements
 
-TINY = ["replay", "--requests", "24", "--prompt-len", "64", "--no-progress"]
+TINY = ["drive", "--requests", "24", "--prompt-len", "64", "--no-progress"]
 
 
 def absent(*modules: str) -> Callable[[str], bool]:
@@ -56,11 +56,11 @@ def test_a_missing_sglang_stops_the_replay_before_any_work(
     assert out == ""  # no trace replayed, no sweep
     assert err.count("\n") == 1 and "Traceback" not in err
     flag = args[-2]
-    assert err == f"radixkv replay: {flag} sglang needs sglang, not installed: {SGLANG_WHEEL}\n"
+    assert err == f"radixkv drive: {flag} sglang needs sglang, not installed: {SGLANG_WHEEL}\n"
 
 
 def test_with_sglang_installed_the_check_lets_it_through(monkeypatch: pytest.MonkeyPatch) -> None:
-    cli._parser()  # registers "sglang" (the kit's adapter), as `radixkv replay` does
+    cli._parser()  # registers "sglang" (the kit's adapter), as `radixkv drive` does
     monkeypatch.setattr(caches, "installed", lambda module: True)
     assert missing_requirements("sglang") == []
     monkeypatch.setattr(caches, "installed", absent("sglang"))
@@ -78,7 +78,7 @@ def test_a_peer_by_module_and_factory_names_what_it_lacks(
     status, out, err = run(capsys, "--plot", "sweep.png", "--compare", peer)
     assert (status, out) == (2, "")
     assert err == (
-        "radixkv replay: --compare sglang-rust needs msgspec, numpy, not installed: "
+        "radixkv drive: --compare sglang-rust needs msgspec, numpy, not installed: "
         "pip install msgspec; pip install numpy\n"
     )
 
@@ -89,6 +89,17 @@ def test_a_peer_module_that_does_not_import_is_one_line(
     status, out, err = run(capsys, "--plot", "sweep.png", "--compare", "radixkv_no_such:F")
     assert (status, out) == (2, "")
     assert err == (
-        "radixkv replay: --compare: radixkv_no_such:F: cannot import radixkv_no_such "
+        "radixkv drive: --compare: radixkv_no_such:F: cannot import radixkv_no_such "
         "(No module named 'radixkv_no_such')\n"
     )
+
+
+def test_the_former_name_still_drives_and_names_the_new_one(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``radixkv replay`` was this command's name until ``radixkv check --replay`` (a
+    finding's trace) took the word: it still drives, and says what it is called now."""
+    status = main(["replay", *TINY[1:]])
+    out, err = capsys.readouterr()
+    assert status == 0 and "hit rate" in out.lower()
+    assert "radixkv replay is now radixkv drive" in err

@@ -123,14 +123,14 @@ def test_a_subscriber_in_another_process_rebuilds_the_page_set_after_every_batch
 
 
 def test_replay_events_cli_publishes_a_whole_replay() -> None:
-    """``radixkv replay --events``: the replay evicts everything at the end, so the stream
+    """``radixkv drive --events``: the replay evicts everything at the end, so the stream
     must rebuild to an empty page set, with every stored page removed again."""
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join(str(ROOT / d) for d in ("src", "spec", "stateful", ".")),
     }
     command = [
-        sys.executable, "-m", "radixkv_conformance.cli", "replay", "--requests", "40",
+        sys.executable, "-m", "radixkv_conformance.cli", "drive", "--requests", "40",
         "--prompt-len", "64", "--page-size", "2", "--pool-size", "800", "--batch", "4",
         "--events", "tcp://127.0.0.1:*", "--events-wait", "60", "--no-progress",
     ]  # fmt: skip

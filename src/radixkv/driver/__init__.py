@@ -1,5 +1,5 @@
 """Driving a cache the way a serving engine does: seeded request traces (``workload``) and
-a scheduler that replays them and times the cache calls (``radixkv replay``).
+a scheduler that replays them and times the cache calls (``radixkv drive``).
 
 ``pool`` the reference KV pool; ``caches`` the adapters a replay drives (``CACHES``,
 ``register_cache``, ``sglang_factory``); ``report`` the results; ``memory`` the RSS readings

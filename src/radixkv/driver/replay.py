@@ -109,12 +109,12 @@ __all__ = [  # the CLI, and the driver's names as importers have always found th
     "trace_label",
 ]
 
-# ---- the command line (``radixkv replay``) ----------------------------------------------
+# ---- the command line (``radixkv drive``) ----------------------------------------------
 
 
 HELP = """\
-Replay a seeded request trace against a prefix cache, the way a serving scheduler drives
-it, and report the cache's speed (requests/s of cache CPU time), hit rate and operation
+Drive a prefix cache with a seeded request trace, the way a serving scheduler drives it,
+and report the cache's speed (requests/s of cache CPU time), hit rate and operation
 counts. Per request, in batches in flight together: match the prompt (all but its last
 token) and lock the match; allocate KV indices for the rest, evicting exactly the shortfall
 when the pool is short; when the request finishes, insert prompt and output, free the
@@ -122,21 +122,22 @@ duplicates, unlock. At the end everything is evicted and every pool index must h
 back exactly once. Results go to stdout; a progress bar to stderr, on a terminal only.
 
 examples:
-  radixkv replay                                  radixkv, 2000 requests of ~2048 tokens
-  radixkv replay --cache sglang                   sglang's Python RadixCache, same trace
-  radixkv replay --plot sweep.png --compare sglang
+  radixkv drive                                  radixkv, 2000 requests of ~2048 tokens
+  radixkv drive --cache sglang                   sglang's Python RadixCache, same trace
+  radixkv drive --plot sweep.png --compare sglang
                                                   both on the same axes: hit rate against
                                                   pool size, requests/s against prompt length
-  radixkv replay --compare benchmarks.sglang_peers:SglangRustReplay --plot sweep.png
+  radixkv drive --compare benchmarks.sglang_peers:SglangRustReplay --plot sweep.png
                                                   a peer by MODULE:FACTORY (factory(page_size,
                                                   pool)), here sglang's Rust core"""
 
 
 def add_parser(commands: Any) -> None:
-    """Register ``radixkv replay`` on the CLI's subparsers."""
+    """Register ``radixkv drive`` on the CLI's subparsers."""
     cmd = commands.add_parser(
-        "replay",
-        help="replay a seeded request trace against a cache and report its speed",
+        "drive",
+        aliases=["replay"],  # its name before `radixkv check --replay` took the word
+        help="drive a cache with a seeded request trace and report its speed",
         description=HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -248,21 +249,21 @@ def resolve_cache(name: str) -> str:
 
 
 def command(args: argparse.Namespace) -> int:
-    """Run ``radixkv replay`` with parsed ``args``: a usage error, or a cache it would
+    """Run ``radixkv drive`` with parsed ``args``: a usage error, or a cache it would
     replay that needs a module not installed, is one line on stderr and status 2, before
     any work."""
     cfg = WorkloadConfig(seed=args.seed, requests=args.requests, prompt_len=args.prompt_len)
     pool = args.pool_size or args.prompt_len * 48
     if args.compare and not args.plot:
-        print("radixkv replay: --compare applies to --plot", file=sys.stderr)
+        print("radixkv drive: --compare applies to --plot", file=sys.stderr)
         return 2
     if args.policy is not None and args.cache not in POLICY_CACHES:
-        print(f"radixkv replay: --policy applies to {sorted(POLICY_CACHES)}", file=sys.stderr)
+        print(f"radixkv drive: --policy applies to {sorted(POLICY_CACHES)}", file=sys.stderr)
         return 2
     try:  # every cache it will replay, resolved and found installed before any work
         peers = [resolve_cache(name) for name in args.compare]
     except ImportError as missing:
-        print(f"radixkv replay: --compare: {missing}", file=sys.stderr)
+        print(f"radixkv drive: --compare: {missing}", file=sys.stderr)
         return 2
     for flag, name in [("--cache", args.cache), *(("--compare", peer) for peer in peers)]:
         lacking = missing_requirements(name)
@@ -270,7 +271,7 @@ def command(args: argparse.Namespace) -> int:
             needs = ", ".join(module for module, _ in lacking)
             how = "; ".join(dict.fromkeys(hint for _, hint in lacking))
             print(
-                f"radixkv replay: {flag} {name} needs {needs}, not installed: {how}",
+                f"radixkv drive: {flag} {name} needs {needs}, not installed: {how}",
                 file=sys.stderr,
             )
             return 2

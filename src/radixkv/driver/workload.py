@@ -1,4 +1,4 @@
-"""Deterministic, seeded request traces for replaying a prefix cache (``radixkv replay``).
+"""Deterministic, seeded request traces for replaying a prefix cache (``radixkv drive``).
 
 A trace mixes the request shapes that make prefix caching pay: multi-turn chats sharing a
 few long system prompts, few-shot prompts sharing examples, tree-of-thought branching,
