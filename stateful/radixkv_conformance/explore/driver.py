@@ -1,15 +1,13 @@
 """Running one rule of a Hypothesis state machine on an explicit state: the one module of
 the kit that knows Hypothesis' internals (``setup_state``, rule objects, bundles, a silent
-build context, the constants pool a search draws from). ``Driver`` forks a state (deep
-copy, Hypothesis' own parts shared) or rebuilds it by replaying its path, lists the rules
+build context, the constants pool a search draws from). ``Driver`` forks a state (``fork``,
+Hypothesis' own parts shared) or rebuilds it by replaying its path, lists the rules
 applicable to it, and calls one with the draws ``picks`` select (``Draws`` plays
 ``st.data()`` and rule arguments).
 """
 
 from __future__ import annotations
 
-import copy
-import types
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -20,6 +18,8 @@ from hypothesis.internal.conjecture import providers
 from hypothesis.internal.conjecture.data import ConjectureData
 from hypothesis.internal.constants_ast import Constants
 from hypothesis.stateful import Bundle, MultipleResults, RuleBasedStateMachine
+
+from radixkv_conformance.explore.fork import fork
 
 if TYPE_CHECKING:
     from radixkv_conformance.explore.alphabet import Alphabet
@@ -182,7 +182,8 @@ class Driver:
         return State(self.machine_cls(), {}, (), ())
 
     def copy(self, state: State) -> State:
-        """A deep copy of machine, adapter and handles; Hypothesis' own parts are shared."""
+        """A deep copy of machine, adapter and handles (``fork``); Hypothesis' own parts and
+        what no step changes are shared."""
         old = state.machine
         new = object.__new__(type(old))
         own = {k: v for k, v in vars(old).items() if k not in self.hypothesis_owned}
@@ -191,8 +192,7 @@ class Driver:
         memo.update({id(v): v for k, v in vars(old).items() if k in SHARED})
         # a trace entry is written during its own step only: the copy's list shares them
         memo.update({id(step): step for step in vars(old).get("trace", ())})
-        with _bound_builtins_follow_their_owner():
-            own, bundles = copy.deepcopy((own, state.bundles), memo)
+        own, bundles = fork((own, state.bundles), memo)
         vars(new).update({k: v for k, v in vars(old).items() if k in self.hypothesis_owned})
         vars(new).update(own)
         return State(new, bundles, state.seen, state.path, state.variant)
@@ -272,30 +272,6 @@ def _set_by_hypothesis(machine_cls: type[RuleBasedStateMachine]) -> frozenset[st
     bare = object.__new__(machine_cls)
     RuleBasedStateMachine.__init__(bare)
     return frozenset(vars(bare))
-
-
-@contextmanager
-def _bound_builtins_follow_their_owner() -> Iterator[None]:
-    """Make deepcopy rebind ``some_list.append`` to the copied list.
-
-    ``copy`` treats every builtin method as atomic, so a cache built with
-    ``on_node_evict=ids.append`` would, once copied, still append to the original's list
-    and two branches would share it. Scoped to one copy; the explorer is single-threaded.
-    """
-    dispatch = copy._deepcopy_dispatch  # type: ignore[attr-defined]  # no public hook
-    atomic = dispatch[types.BuiltinMethodType]
-    dispatch[types.BuiltinMethodType] = _copy_builtin_method
-    try:
-        yield
-    finally:
-        dispatch[types.BuiltinMethodType] = atomic
-
-
-def _copy_builtin_method(method: Any, memo: dict[int, Any]) -> Any:
-    owner = getattr(method, "__self__", None)
-    if owner is None or isinstance(owner, (types.ModuleType, type)):
-        return method
-    return getattr(copy.deepcopy(owner, memo), method.__name__)
 
 
 _OWN_METHODS: dict[type, frozenset[str]] = {}

@@ -25,7 +25,7 @@ from collections import Counter
 from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from radixkv_conformance.explore.alphabet import (
     ALPHABET,
@@ -341,7 +341,7 @@ def _handles(m: Any, values: Sequence[Any], as_set: bool, names: Names) -> Hasha
     """Handles as sets (a node handle can be drawn again and again), locks as multisets
     (each one can be undone once)."""
     canon = [_handle(m, v, names) for v in values]
-    return tuple(sorted(set(canon) if as_set else canon, key=repr))
+    return tuple(_sorted(list(set(canon)) if as_set else canon))
 
 
 def _handle(m: Any, value: Any, names: Names) -> Hashable:
@@ -422,20 +422,27 @@ _DIGITS = re.compile(r"(\d+)")
 def _plain(value: Any, depth: int = 0) -> Hashable:
     """Any value as nested tuples of scalars: containers sorted where their order is not
     state (dicts, sets), objects as their fields, numbers inside text as numbers."""
+    kind = type(value)
+    if kind in _SCALARS:
+        return cast(Hashable, value)
     if depth > 40:
         raise ValueError("a state too deep to picture (a cycle?)")
     d = depth + 1
-    if value is None or isinstance(value, (bool, int, float, bytes)):
-        return value
-    if isinstance(value, str):
+    if kind is tuple or kind is list:
+        return tuple([_plain(v, d) for v in value])
+    if kind is str:
         parts = _DIGITS.split(value)
         return value if len(parts) == 1 else ("str", *(int(p) if p.isdigit() else p for p in parts))
     if isinstance(value, dict):
-        return ("dict", *sorted(((_plain(k, d), _plain(v, d)) for k, v in value.items()), key=repr))
+        return ("dict", *_sorted([(_plain(k, d), _plain(v, d)) for k, v in value.items()]))
     if isinstance(value, (set, frozenset)):
-        return ("set", *sorted((_plain(v, d) for v in value), key=repr))
+        return ("set", *_sorted([_plain(v, d) for v in value]))
+    if isinstance(value, (bool, int, float, bytes)) or value is None:
+        return value
+    if isinstance(value, str):
+        return _plain(str(value), depth)
     if isinstance(value, (list, tuple)):
-        return tuple(_plain(v, d) for v in value)
+        return tuple([_plain(v, d) for v in value])
     if callable(value) and not hasattr(value, "__dict__"):
         return ("callable", getattr(value, "__qualname__", type(value).__name__))
     tolist = getattr(value, "tolist", None)
@@ -448,6 +455,18 @@ def _plain(value: Any, depth: int = 0) -> Hashable:
     return (type(value).__name__, _plain(fields, d))
 
 
+_SCALARS = frozenset({type(None), bool, int, float, bytes})
+
+
+def _sorted(items: list[Any]) -> list[Any]:
+    """Items in their natural order (an order-preserving renaming keeps it), or by ``repr``
+    where they do not compare (None beside a number, say)."""
+    try:
+        return sorted(items)
+    except TypeError:
+        return sorted(items, key=repr)
+
+
 def _numbers(value: Any) -> set[float]:
     """Every number in nested tuples (NaN and bools are no numbers here); a loop, not a
     recursion: it runs on every state reached."""
@@ -455,19 +474,26 @@ def _numbers(value: Any) -> set[float]:
     stack = [value]
     while stack:
         item = stack.pop()
-        if isinstance(item, tuple):
+        kind = type(item)
+        if kind is tuple:
             stack.extend(item)
-        elif isinstance(item, (int, float)) and not isinstance(item, bool) and item == item:
+        elif kind is int or (kind is not bool and isinstance(item, (int, float)) and item == item):
             found.add(item)
     return found
 
 
-def _renamed(value: Any, ranks: dict[float, int]) -> Hashable:
-    if isinstance(value, tuple):
-        return tuple(_renamed(item, ranks) for item in value)
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return value  # any other leaf is returned as it came
-    return ranks.get(value, value)
+def _renamed(value: tuple[Any, ...], ranks: dict[float, int]) -> Hashable:
+    """``value`` with each number in ``ranks`` replaced by its rank (bools kept)."""
+    out: list[Any] = []
+    for item in value:
+        kind = type(item)
+        if kind is tuple:
+            out.append(_renamed(item, ranks))
+        elif kind is int or kind is float or (kind is not bool and isinstance(item, (int, float))):
+            out.append(ranks.get(item, item))
+        else:
+            out.append(item)  # any other leaf is returned as it came
+    return tuple(out)
 
 
 # ---- the exploration --------------------------------------------------------------------------
