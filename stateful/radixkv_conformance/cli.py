@@ -34,7 +34,7 @@ import importlib.util
 import os
 import sys
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +45,11 @@ from radixkv_conformance.trace import slug, write
 
 SETTINGS_PROFILES = ("ci", "dev", "thorough")
 PASSED, FAILED, USAGE, INCOMPLETE = 0, 1, 2, 3  # exit statuses (module doc)
-BUDGET = 120.0  # seconds of search per cache by default: about two minutes on 2 cores
+BUDGET = (
+    120.0  # seconds per cache for a MODULE:FACTORY by default (README: "A minute with the kit")
+)
+OWN_BUDGET = 30.0  # ... and for each of radixkv's nine caches: ~2.5 minutes on 2 cores
+JOBS_CAP = 8  # --jobs' default: the machine's cores, at most this many
 OWN_NEEDS = ("torch", "radixkv")  # what checking radixkv's own caches imports
 
 
@@ -136,7 +140,7 @@ def _parser() -> argparse.ArgumentParser:
     check = commands.add_parser("check", help="model-check a prefix cache against the spec")
     check.add_argument("target", nargs="?", help="MODULE:FACTORY (default: radixkv's caches)")
     check.add_argument("--debug", action="store_true", help="a usage error with its traceback")
-    check.add_argument("--profile", help="a built-in profile, MODULE:ATTR, or ci|dev|thorough")
+    check.add_argument("--profile", help="an engine's built-in profile, or MODULE:ATTR")
     check.add_argument("--hypothesis-profile", choices=SETTINGS_PROFILES, default=None)
     check.add_argument("--thorough", action="store_true", help="= --hypothesis-profile thorough")
     check.add_argument("--replay", type=Path, help="replay a JSON trace instead of searching")
@@ -183,9 +187,18 @@ def _parser() -> argparse.ArgumentParser:
     check.add_argument(
         "--budget",
         type=_positive_float,
-        default=BUDGET,
+        default=None,
         metavar="SECONDS",
-        help="search time per cache while declared situations are unreached (default %(default)g)",
+        help=f"seconds of exploration and search per cache (default {BUDGET:g} for a "
+        f"MODULE:FACTORY, {OWN_BUDGET:g} for each of radixkv's caches)",
+    )
+    check.add_argument(
+        "--jobs",
+        type=_positive_int,
+        default=min(os.cpu_count() or 1, JOBS_CAP),
+        metavar="N",
+        help="check up to N caches at once, one process each (default: the machine's cores, "
+        f"at most {JOBS_CAP}: %(default)s here); each cache's verdict is the same for every N",
     )
     check.add_argument(
         "--explore",
@@ -281,40 +294,27 @@ def _profile(name: str | None, declared: Any, fallback: Any = None) -> Any:
 
 def _check(targets: list[tuple[str, str]], profile_name: str | None, args: Any) -> int:
     from radixkv_conformance import search_settings
-    from radixkv_conformance.conformance import run_conformance
-    from radixkv_conformance.explore.states import parse_bounds
-    from radixkv_conformance.progress import Progress
 
     settings_name = search_settings.load_profile()
+    if args.budget is None:
+        args.budget = BUDGET if args.target else OWN_BUDGET
+    jobs = min(args.jobs, len(targets))
     print(
         f"radixkv check: Hypothesis settings profile {settings_name!r}, "
-        f"budget {args.budget:g}s per cache"
+        f"budget {args.budget:g}s per cache, {len(targets)} cache(s), {jobs} at a time",
+        flush=True,
     )
-    explore = None if args.explore == "none" else parse_bounds(args.explore)
+    if jobs > 1:
+        outcomes = _in_workers(targets, profile_name, args, jobs)
+    else:
+        outcomes = (_check_one(label, target, profile_name, args) for label, target in targets)
     failed: list[str] = []
     incomplete: list[str] = []
-    for label, target in targets:
-        factory, declared = load(target, args.option)
-        profile = _profile(profile_name, declared)
-        show = functools.partial(_show_finding, label, target, args.traces, [])
-        with Progress(label) as progress:
-            report = run_conformance(
-                factory,
-                profile=profile,
-                name=label,
-                max_failures=args.max_failures,
-                known=args.known,
-                progress=progress.update,
-                budget=args.budget,
-                uncovered_ok=args.uncovered_ok,
-                seed=args.seed,
-                on_failure=show,
-                explore=explore,
-            )
-        print("\n" + report.render())
-        if not report.passed:
+    for label, rendered, passed, complete in outcomes:
+        print("\n" + rendered, flush=True)
+        if not passed:
             failed.append(label)
-        elif not report.complete:
+        elif not complete:
             incomplete.append(label)
     if failed:
         print(f"\nFAILED: {', '.join(failed)}")
@@ -324,6 +324,65 @@ def _check(targets: list[tuple[str, str]], profile_name: str | None, args: Any) 
         return PASSED if args.incomplete_ok else INCOMPLETE
     print("\nall invariants held, every declared situation reached")
     return PASSED
+
+
+Outcome = tuple[str, str, bool, bool]
+"""One cache's check: its label, its rendered report, whether it passed and was complete."""
+
+
+def _check_one(label: str, target: str, profile_name: str | None, args: Any) -> Outcome:
+    """One cache's exploration and search; findings are printed as they are found."""
+    from radixkv_conformance.conformance import run_conformance
+    from radixkv_conformance.explore.states import parse_bounds
+    from radixkv_conformance.progress import Progress, Stages
+
+    factory, declared = load(target, args.option)
+    profile = _profile(profile_name, declared)
+    show = functools.partial(_show_finding, label, target, args.traces, [])
+    explore = None if args.explore == "none" else parse_bounds(args.explore)
+    with Progress(label) as progress:
+        report = run_conformance(
+            factory,
+            profile=profile,
+            name=label,
+            max_failures=args.max_failures,
+            known=args.known,
+            progress=progress.update,
+            budget=args.budget,
+            uncovered_ok=args.uncovered_ok,
+            seed=args.seed,
+            on_failure=show,
+            explore=explore,
+            on_stage=Stages(label, args.budget, progress),
+        )
+    return label, report.render(), report.passed, report.complete
+
+
+def _in_workers(
+    targets: list[tuple[str, str]], profile_name: str | None, args: Any, jobs: int
+) -> Iterator[Outcome]:
+    """Each cache in a process of its own, ``jobs`` at a time; the reports come back in
+    the order of ``targets`` (a cache's run does not depend on which process ran it)."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    context = multiprocessing.get_context("spawn")  # no fork of a process torch has threaded
+    with ProcessPoolExecutor(jobs, mp_context=context, initializer=_worker_started) as pool:
+        futures = [
+            pool.submit(_check_one, label, target, profile_name, args) for label, target in targets
+        ]
+        for future in futures:
+            yield future.result()
+
+
+def _worker_started() -> None:
+    """A worker sees what the command line set up in its parent: the folder's adapters,
+    the quiet torch import, Hypothesis' cache outside the folder (its environment is
+    inherited, ``HYPOTHESIS_PROFILE`` with it)."""
+    warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    _hypothesis_home_outside_the_folder()
 
 
 def _show_finding(label: str, target: str, traces: Path, found: list[Any], failure: Any) -> None:
@@ -348,7 +407,8 @@ def _explore(target: str | None, profile_name: str | None, args: Any) -> int:
         explored = [sequences.target(target, factory, profile, args.known)]
     if args.exhaustive is not None:
         return sequences.command(explored, args.exhaustive, args.traces)
-    return states.command(explored, args.states, args.traces, target is None, args.budget)
+    budget = args.budget if args.budget is not None else BUDGET
+    return states.command(explored, args.states, args.traces, target is None, budget)
 
 
 def _replay(path: Path, target: str | None, profile_name: str | None, args: Any) -> int:

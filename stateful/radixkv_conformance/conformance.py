@@ -204,6 +204,7 @@ def run_conformance(
     seed: int | None = None,
     on_failure: Callable[[Failure], None] | None = None,
     explore: Bounds | None = None,
+    on_stage: Callable[[str], None] | None = None,
 ) -> ConformanceReport:
     """Model-check the cache ``factory`` builds against the spec, under ``profile``.
 
@@ -213,13 +214,15 @@ def run_conformance(
     the adapter lacks what it claims. ``known`` finding ids are acknowledged: a hit is
     recorded and the run goes on past it (``ConformanceMachine.require``). ``progress``
     gets the running counts at the start of every run; ``on_failure`` each finding as soon
-    as it is minimized.
+    as it is minimized; ``on_stage`` a line as each stage starts (an exploration stage, a
+    search).
 
-    The first search draws as the settings say (``seed``: from that seed instead). While a
-    declared situation (``radixkv_spec.situations``) is unreached and ``budget`` seconds
-    are not spent, the search goes on with the next seed; runs that reach rare situations
-    are favoured (``ConformanceMachine.teardown``). Without a budget there is one search
-    (and one more past each batch of findings). ``uncovered_ok`` names situations the
+    The first search draws as the settings say (``seed``: from that seed instead). Until
+    ``budget`` seconds are spent the search goes on with the next seed, every declared
+    situation (``radixkv_spec.situations``) reached or not: a budget is the time the user
+    gave. Those further searches favour runs that reach the least-visited situations
+    (``ConformanceMachine.teardown``). Without a budget there is one search (and one more
+    past each batch of findings). ``uncovered_ok`` names situations the
     report may leave unreached without calling the run incomplete.
 
     ``explore`` first explores every state within those bounds breadth first
@@ -249,19 +252,22 @@ def run_conformance(
             progress=progress,
         )
 
+    stage = on_stage or (lambda _: None)
     situations = machine("Machine").session.situations
     report.coverage = Coverage(situations, accepted=frozenset(uncovered_ok))
     if explore is not None:
         seconds = EXPLORE_SECONDS
         if budget is not None:
             seconds = max(budget * EXPLORE_SHARE, min(budget, EXPLORE_FLOOR))
-        _explore(machine("Explored"), explore, seconds, report, progress, on_failure, max_failures)
+        explored = machine("Explored")
+        _explore(explored, explore, seconds, report, progress, on_failure, max_failures, stage)
         acknowledged.update(failure.finding for failure in report.failures)
     draw, examples = seed, None
     while len(report.failures) < max_failures and not (report.searches and over_budget()):
         searched = machine("Machine")
         searched.session.coverage = report.coverage.counts  # every search adds to one count
-        searched.session.steer = report.searches > 0 and not report.complete
+        searched.session.steer = report.searches > 0
+        stage(_search_stage(report, draw))
         search_started = time.perf_counter()
         findings = _search(searched, _sized(settings, examples), draw)
         runs = max(1, searched.session.stats["runs"])
@@ -283,9 +289,9 @@ def run_conformance(
             if report.budget_spent:
                 break
             continue
-        if report.complete or budget is None:
+        if budget is None:
             break
-        # situations left unreached: the next seed, in the time that is left
+        # the next seed, in the time that is left
         examples = int((started + budget - time.perf_counter()) / seconds_per_run)
         if examples < MIN_EXAMPLES:
             report.budget_spent = True
@@ -296,7 +302,15 @@ def run_conformance(
     return report
 
 
-MIN_EXAMPLES = 10  # a search for unreached situations shorter than this is not started
+def _search_stage(report: ConformanceReport, draw: int | None) -> str:
+    seed = "the settings' draw" if draw is None else f"seed {draw}"
+    if not report.searches:
+        return f"searching from {seed}"
+    chase = "unreached situations" if not report.complete else "the least-visited situations"
+    return f"search {report.searches + 1} from {seed}, steered to {chase}"
+
+
+MIN_EXAMPLES = 10  # a further search shorter than this is not started
 EXPLORE_SHARE = 0.25  # of the budget, for the breadth-first exploration before the search
 EXPLORE_SECONDS = 30.0  # the exploration's time without a budget
 EXPLORE_FLOOR = 10.0  # ... and at least this much of a small one (trees need four steps)
@@ -310,6 +324,7 @@ def _explore(
     progress: Callable[[Counter[str]], None] | None,
     on_failure: Callable[[Failure], None] | None,
     max_failures: int,
+    on_stage: Callable[[str], None],
 ) -> None:
     """Every state within ``bounds``, breadth first, for ``seconds`` shared by its stages
     (``Bounds.stages``): each finding (a shortest sequence, handed over as found) goes into
@@ -332,7 +347,8 @@ def _explore(
             progress(Counter({"runs": explored.states, "steps": explored.transitions}))
 
     stages = bounds.stages()
-    for stage in stages:
+    for at, stage in enumerate(stages, 1):
+        on_stage(f"exploring breadth first, stage {at} of {len(stages)} ({stage.text()})")
         explored = explore_states(
             machine,
             stage,

@@ -8,6 +8,7 @@ simply no progress line.
 from __future__ import annotations
 
 import sys
+import time
 from collections import Counter
 from types import TracebackType
 from typing import Any
@@ -43,3 +44,24 @@ class Progress:
     ) -> None:
         if self.bar is not None:
             self.bar.close()
+
+
+class Stages:
+    """One line on stderr per stage of a cache's check (its exploration's stages, each
+    search), with the time left of its budget: what a user sees from the first second,
+    progress bar or not."""
+
+    def __init__(self, label: str, budget: float | None, progress: Progress | None = None):
+        self.label, self.budget, self.progress = label, budget, progress
+        self.started = time.perf_counter()
+
+    def __call__(self, stage: str) -> None:
+        line = f"{self.label}: {stage}"
+        if self.budget is not None:
+            left = max(0.0, self.budget - (time.perf_counter() - self.started))
+            line += f" ({left:.0f}s of {self.budget:g}s left)"
+        bar = self.progress.bar if self.progress is not None else None
+        if bar is not None:
+            bar.write(line, file=sys.stderr)
+        else:
+            print(line, file=sys.stderr, flush=True)

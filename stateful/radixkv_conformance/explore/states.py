@@ -98,11 +98,11 @@ class Bounds:
         """These bounds widened in steps, for a time-boxed exploration: one namespace first
         (the tree's depth comes sooner: two namespaces double every level); then, with
         ``deeper``, keys and windows ``deeper`` pages longer in one namespace; then every
-        namespace. The later stages' floor is a level lower: what they add takes three
+        namespace. The later stages' floor is two levels lower: what they add takes three
         steps (an eviction across two namespaces; a lock whose window meets a tombstone
-        with a live page above it)."""
+        with a live page above it), and each of their levels is several times wider."""
         narrow = dataclasses.replace(self, namespaces=1, deeper=0)
-        lower = max(0, self.floor - 1)
+        lower = max(0, self.floor - 2)
         stages = [narrow]
         if self.deeper:
             longer = tuple(w + self.deeper * p for w in self.windows for p in self.pages[:1])
@@ -197,7 +197,7 @@ TREE = Bounds(
     length=2,
     namespaces=2,
     locks=1,
-    floor=4,
+    floor=5,
     deeper=1,
     skip=("bad_call", "refresh_often"),
 )
