@@ -203,11 +203,11 @@ TREE = Bounds(
 )
 """Bounds that admit trees: keys of two pages (so a parent, a split, an interior lock), two
 namespaces, one lock held, evict none, one page and all; no depth cap (a time budget ends
-it), but whatever the budget every sequence is explored of four steps in one namespace,
+it), but whatever the budget every sequence is explored of five steps in one namespace,
 of three with keys of three pages and a window of two (a lock's window that meets a
 tombstone with a live page above it), and of three in two namespaces (every tree situation
-but Mamba's removal after a split is within them; 0.8 to 7 s a stage on a quiet 2-core
-machine, SWA the slowest). Bad calls and refresh bursts change no tree: the random search
+but Mamba's removal after a split is within them; the first stage's floor takes 2.5 to
+10 s on a 2-core machine, SWA the slowest, the later ones under 2 s). Bad calls and refresh bursts change no tree: the random search
 runs them, and leaving them out here takes a level deeper in the same time."""
 PRESETS = {
     "tiny": Bounds(),
