@@ -79,9 +79,9 @@ def test_a_floor_is_a_step_count_zero_or_more() -> None:
             parse_bounds(bad)
 
 
-def test_the_deep_and_wide_stages_have_a_lower_floor() -> None:
+def test_the_deep_and_wide_stages_have_a_floor_two_steps_lower() -> None:
     narrow, deep, wide = TREE.stages()
-    assert (narrow.namespaces, narrow.floor, narrow.length, narrow.windows) == (1, 4, 2, (1,))
+    assert (narrow.namespaces, narrow.floor, narrow.length, narrow.windows) == (1, 5, 2, (1,))
     # a lock's window across a tombstone under a live page takes keys of three pages, a
     # window of two and three steps; an eviction across two namespaces takes three steps
     assert (deep.namespaces, deep.floor, deep.length, deep.windows) == (1, 3, 3, (2,))

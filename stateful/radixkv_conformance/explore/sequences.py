@@ -237,24 +237,32 @@ class Explorer:
 
     def _found(self, state: State, path: list[RuleCall], error: Exception) -> None:
         """Keep the shortest sequence per finding id (ids as ``--known`` takes them)."""
+        found = self._finding(state, path, error)
+        if found is None:
+            return
+        shortest = self.report.findings.get(found.id)
+        if shortest is None or len(path) < len(shortest.steps):
+            self.report.findings[found.id] = found
+
+    def _finding(
+        self, state: State, path: list[RuleCall], error: Exception
+    ) -> ShortestFinding | None:
+        """What ``error`` after ``path`` is: a finding, or (None) an acknowledged one."""
         from radixkv_conformance import findings
 
         if isinstance(error, UnsatisfiedAssumption):  # a known one the run cannot go past
             if not _acknowledged_now(state):
                 self.report.acknowledged += 1
-            return
+            return None
         if isinstance(error, findings.Finding):  # the kit's machine: id, check and trace
             found = ShortestFinding(
                 error.finding_id, error.check, error.message, state.variant, path
             )
             found.trace = error.trace
-        else:
-            check = _check_name(state.machine) or (path[-1].rule if path else "start")
-            fid = findings.finding_id(check, error)
-            found = ShortestFinding(fid, check, findings.describe(error), state.variant, path)
-        shortest = self.report.findings.get(found.id)
-        if shortest is None or len(path) < len(shortest.steps):
-            self.report.findings[found.id] = found
+            return found
+        check = _check_name(state.machine) or (path[-1].rule if path else "start")
+        fid = findings.finding_id(check, error)
+        return ShortestFinding(fid, check, findings.describe(error), state.variant, path)
 
     def _maybe_progress(self) -> None:
         now = time.perf_counter()

@@ -43,6 +43,7 @@ from radixkv_conformance.explore.sequences import (
     Target,
     listed,
 )
+from radixkv_conformance.explore.workers import Workers, can_fork, tallies
 from radixkv_conformance.trace import slug
 
 LOW = 1 << 10
@@ -207,8 +208,9 @@ it), but whatever the budget every sequence is explored of five steps in one nam
 of three with keys of three pages and a window of two (a lock's window that meets a
 tombstone with a live page above it), and of three in two namespaces (every tree situation
 but Mamba's removal after a split is within them; the first stage's floor takes 2.5 to
-10 s on a 2-core machine, SWA the slowest, the later ones under 2 s). Bad calls and refresh bursts change no tree: the random search
-runs them, and leaving them out here takes a level deeper in the same time."""
+10 s on a 2-core machine, SWA the slowest, the later ones under 2 s). Bad calls and refresh
+bursts change no tree: the random search runs them, and leaving them out here takes a level
+deeper in the same time."""
 PRESETS = {
     "tiny": Bounds(),
     "ci": TREE,  # a MODULE:FACTORY's (radixkv's own caches: ``OWN_BOUNDS``)
@@ -572,19 +574,33 @@ class _Breadth(Explorer):
         self.states.notes.append(f"copying a state failed ({error!r}): paths replayed")
 
     def rebuild(self, state: State) -> State:
-        """The state again, by replaying its shortest path on a fresh machine."""
+        """The state again, by replaying its shortest path on a fresh machine, checked
+        after each step as when it was reached (the invariants close each step's coverage
+        probe); what the replay counts is taken back out: those steps were counted once."""
+        counters = tallies(self.driver.machine_cls)
+        kept = [Counter(counter) for counter in counters]
         new = self.driver.fresh()
         starts = len(self.driver.initializers)
         for at, (rule, picks) in enumerate(state.path):
             if at == starts:
-                _offset(new.machine)
+                self._start(new)
             self.driver.call(new, rule, picks)
+            if at >= starts:
+                self.driver.check(new)
         if len(state.path) == starts:
-            _offset(new.machine)
+            self._start(new)
         new.variant = state.variant
+        for counter, before in zip(counters, kept, strict=True):
+            counter.clear()
+            counter.update(before)
         return new
 
-    def run(self, merge: bool) -> None:
+    def _start(self, root: State) -> None:
+        """A start state as ``run`` makes it: checked, then its identities offset."""
+        self.driver.check(root)
+        _offset(root.machine)
+
+    def run(self, merge: bool, jobs: int = 1) -> None:
         level: list[State] = []
         for root, call in self._initialized(self.driver.fresh(), 0):
             failed = call.error or self._check(root)
@@ -592,43 +608,72 @@ class _Breadth(Explorer):
                 self._found(root, [], failed)
                 continue
             _offset(root.machine)
-            if self._new(root, 0, merge):
+            if self._new(root, self._key(root), 0, merge):
                 level.append(root)
         depth = 0
+        workers = Workers(self, jobs) if jobs > 1 else None
+        expand = workers.expand if workers is not None else self._expand
         try:
             while level and (self.bounds.depth is None or depth < self.bounds.depth):
                 nxt: list[State] = []
-                for state in level:
-                    nxt += self._expand(state, depth, merge)
+                for state, successors in zip(level, expand(level, depth), strict=True):
+                    nxt += self._take(state, successors, depth, merge)
                 level, depth = nxt, depth + 1
                 self.states.complete = depth
         except _OutOfTime:
             self.states.budget_spent = True
             return
+        finally:
+            if workers is not None:
+                workers.close()
         self.states.fixpoint = not level
 
-    def _expand(self, state: State, depth: int, merge: bool) -> list[State]:
+    def _expand(self, level: list[State], depth: int) -> Iterator[list[Successor]]:
+        """Each state's successors, in order (``Workers.expand`` is the same, in parallel)."""
+        for state in level:
+            yield self.successors(state)
+
+    def successors(self, state: State) -> list[Successor]:
+        """What each step from ``state`` leads to: a finding, a state past the lock bound,
+        or a state with its canonical key (whether it was seen before is the caller's)."""
         steps = _steps_of(state)
         out = []
         for child, call in self.children(state):
+            path = [*steps, call.step]
+            failed = call.error or self._check(child)
+            if failed is not None:
+                out.append(Successor(child, path, finding=self._finding(child, path, failed)))
+            elif len(child.bundles.get("locks", ())) > self.bounds.locks:
+                out.append(Successor(child, path, beyond=True))
+            else:
+                out.append(Successor(child, path, key=self._key(child)))
+        return out
+
+    def _take(
+        self, state: State, successors: list[Successor], depth: int, merge: bool
+    ) -> list[State]:
+        """Count ``successors``, keep their findings and return the new states among them."""
+        out = []
+        for successor in successors:
             self.states.transitions += 1
             self._maybe_progress()
             if depth >= self.bounds.floor and time.perf_counter() >= self.deadline:
                 raise _OutOfTime
-            failed = call.error or self._check(child)
-            if failed is not None:
-                self._found(child, [*steps, call.step], failed)
-                continue
-            setattr(child, "steps", [*steps, call.step])  # noqa: B010  # the path, as steps
-            if len(child.bundles.get("locks", ())) > self.bounds.locks:
+            if successor.finding is not None:
+                self._keep(successor.finding)
+            elif successor.beyond:
                 self.states.beyond += 1
-                continue
-            if self._new(child, depth + 1, merge):
-                out.append(child)
+            else:
+                child = successor.state
+                setattr(child, "steps", successor.path)  # noqa: B010  # the path, as steps
+                if self._new(child, successor.key, depth + 1, merge):
+                    out.append(child)
         return out
 
-    def _new(self, state: State, depth: int, merge: bool) -> bool:
-        key = canonical(state, self.driver.hypothesis_owned, self.bounds.low())
+    def _key(self, state: State) -> Hashable:
+        return canonical(state, self.driver.hypothesis_owned, self.bounds.low())
+
+    def _new(self, state: State, key: Hashable, depth: int, merge: bool) -> bool:
         self.states.outcomes.add(_outcome(key))
         if merge and key in self.visited:
             return False
@@ -646,12 +691,28 @@ class _Breadth(Explorer):
         return super().children(state, initial)
 
     def _found(self, state: State, path: list[Any], error: Exception) -> None:
+        finding = self._finding(state, path, error)
+        if finding is not None:
+            self._keep(finding)
+
+    def _keep(self, finding: ShortestFinding) -> None:
         """Breadth first, the first sequence to a finding is a shortest one: said at once."""
-        before = set(self.report.findings)
-        super()._found(state, path, error)
-        for fid in self.report.findings.keys() - before:
-            if self.on_finding is not None:
-                self.on_finding(self.report.findings[fid])
+        shortest = self.report.findings.get(finding.id)
+        if shortest is None or len(finding.steps) < len(shortest.steps):
+            self.report.findings[finding.id] = finding
+            if shortest is None and self.on_finding is not None:
+                self.on_finding(finding)
+
+
+@dataclass
+class Successor:
+    """One step from a state, as ``_Breadth.successors`` judged it."""
+
+    state: State
+    path: list[Any]  # the steps from the start, this one included
+    finding: ShortestFinding | None = None
+    beyond: bool = False  # past the lock bound: checked, not expanded
+    key: Hashable = None  # the canonical key of a state to keep (``canonical``)
 
 
 class _OutOfTime(Exception):
@@ -687,14 +748,19 @@ def explore_states(
     progress: Callable[[StatesReport], None] | None = None,
     budget: float | None = None,
     on_finding: Callable[[ShortestFinding], None] | None = None,
+    jobs: int = 1,
 ) -> StatesReport:
     """Breadth-first exploration of ``machine_cls`` within ``bounds``; never raises for a
     finding (each distinct one is in ``findings`` with a shortest sequence, and given to
     ``on_finding`` as soon as it is found: shortest first). ``budget`` seconds end it inside
     a level (the report says which levels were complete). ``merge=False`` expands every state
-    reached, merged or not (the soundness test's reference; give it a depth cap)."""
+    reached, merged or not (the soundness test's reference; give it a depth cap). ``jobs``
+    worker processes expand each level (``workers``): the same states, findings and shortest
+    traces as one process."""
     if budget is not None and budget <= 0:
         raise ValueError(f"the exploration's budget must be positive seconds, got {budget}")
+    if jobs < 1:
+        raise ValueError(f"the exploration's jobs must be 1 or more, got {jobs}")
     started = time.perf_counter()
     report = StatesReport(name or machine_cls.__name__, bounds.text(), fork, merge)
     explorer = _Breadth(Driver(machine_cls, bounds.alphabet()), report, bounds, fork)
@@ -703,8 +769,11 @@ def explore_states(
         explorer.deadline = started + budget
     if progress is not None:
         explorer.progress = lambda _: progress(report)
+    if jobs > 1 and not can_fork():
+        report.notes.append(f"{jobs} jobs asked for, but this platform cannot fork: one process")
+        jobs = 1
     with quiet_build_context():
-        explorer.run(merge)
+        explorer.run(merge, jobs)
     report.findings = explorer.report.findings
     report.acknowledged = explorer.report.acknowledged
     report.seconds = time.perf_counter() - started

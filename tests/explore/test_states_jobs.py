@@ -1,0 +1,71 @@
+"""``explore_states(..., jobs=N)``: worker processes expand each level, and the exploration
+is the one a single process makes: the same states and transitions, the same finding ids
+with the same shortest traces, the same situation counts (``explore/workers.py``)."""
+
+from __future__ import annotations
+
+import functools
+from collections import Counter
+from typing import Any
+
+import pytest
+from radixkv_conformance.adapters import planted, radixkv
+from radixkv_conformance.explore.sequences import target
+from radixkv_conformance.explore.states import Bounds, StatesReport, explore_states, parse_bounds
+from radixkv_conformance.explore.workers import can_fork, tallies
+from radixkv_conformance.profile import RADIXKV
+
+pytestmark = [
+    pytest.mark.search,
+    pytest.mark.skipif(not can_fork(), reason="worker processes are forked"),
+]
+
+BOUNDS = parse_bounds("tokens=1,length=2,locks=1,depth=4")
+FIVE_STEPS = parse_bounds("tokens=1,length=1,locks=1")  # a fixpoint; the bug takes five
+
+
+def _explored(
+    factory: Any, profile: Any, jobs: int, bounds: Bounds = BOUNDS
+) -> tuple[StatesReport, Counter[str]]:
+    machine = target("Jobs", factory, profile).machine()
+    report = explore_states(machine, bounds, jobs=jobs)
+    return report, Counter(tallies(machine)[0])
+
+
+def _picture(report: StatesReport) -> tuple[Any, ...]:
+    findings = {
+        fid: (found.check, found.message, found.lines(), found.trace)
+        for fid, found in report.findings.items()
+    }
+    return (
+        report.states,
+        report.transitions,
+        report.beyond,
+        dict(report.by_depth),
+        report.outcomes,
+        findings,
+        report.acknowledged,
+    )
+
+
+@pytest.mark.parametrize("jobs", [2, 3])
+def test_a_clean_cache_is_explored_the_same_by_every_number_of_workers(jobs: int) -> None:
+    one, counted_one = _explored(radixkv.radix_cache, radixkv.PROFILE, 1)
+    many, counted_many = _explored(radixkv.radix_cache, radixkv.PROFILE, jobs)
+    assert one.passed and one.states > 100 and one.complete == 4, one.render()
+    assert _picture(many) == _picture(one)
+    assert counted_many == counted_one and sum(counted_one.values()) > 0
+
+
+def test_findings_and_their_shortest_traces_do_not_depend_on_the_workers() -> None:
+    bug = functools.partial(planted.factory, bugs="held_after_reset")
+    one, _ = _explored(bug, RADIXKV, 1, FIVE_STEPS)
+    many, _ = _explored(bug, RADIXKV, 2, FIVE_STEPS)
+    assert list(one.findings) == ["INV-14:unmatched-unlock"], one.render()
+    assert _picture(many) == _picture(one)
+
+
+def test_jobs_below_one_are_refused() -> None:
+    machine = target("Jobs", radixkv.radix_cache, radixkv.PROFILE).machine()
+    with pytest.raises(ValueError, match="1 or more"):
+        explore_states(machine, BOUNDS, jobs=0)
