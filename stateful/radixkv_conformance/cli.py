@@ -114,7 +114,7 @@ def _command(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         args.uncovered_ok = sorted(check_names(args.uncovered_ok))
         if args.replay is not None:
             return _replay(args.replay, args.target, profile_name, args)
-        targets = [(args.target, args.target)] if args.target else list(OWN)
+        targets = _targets(args)
         if args.exhaustive is not None or args.states is not None:
             return _explore(args.target, profile_name, args)
         return _check(targets, profile_name, args)
@@ -304,9 +304,9 @@ def _check(targets: list[tuple[str, str]], profile_name: str | None, args: Any) 
         f"budget {args.budget:g}s per cache, {len(targets)} cache(s), {jobs} at a time",
         flush=True,
     )
-    if jobs > 1:
+    if jobs > 1:  # a process per cache; each explores in its own process
         outcomes = _in_workers(targets, profile_name, args, jobs)
-    else:
+    else:  # one cache (or --jobs 1): its exploration takes the --jobs workers
         outcomes = (_check_one(label, target, profile_name, args) for label, target in targets)
     failed: list[str] = []
     incomplete: list[str] = []
@@ -324,6 +324,10 @@ def _check(targets: list[tuple[str, str]], profile_name: str | None, args: Any) 
         return PASSED if args.incomplete_ok else INCOMPLETE
     print("\nall invariants held, every declared situation reached")
     return PASSED
+
+
+def _targets(args: Any) -> list[tuple[str, str]]:
+    return [(args.target, args.target)] if args.target else list(OWN)
 
 
 Outcome = tuple[str, str, bool, bool]
@@ -354,6 +358,7 @@ def _check_one(label: str, target: str, profile_name: str | None, args: Any) -> 
             on_failure=show,
             explore=explore,
             on_stage=Stages(label, args.budget, progress),
+            jobs=args.jobs if len(_targets(args)) == 1 else 1,
         )
     return label, report.render(), report.passed, report.complete
 
@@ -408,7 +413,7 @@ def _explore(target: str | None, profile_name: str | None, args: Any) -> int:
     if args.exhaustive is not None:
         return sequences.command(explored, args.exhaustive, args.traces)
     budget = args.budget if args.budget is not None else BUDGET
-    return states.command(explored, args.states, args.traces, target is None, budget)
+    return states.command(explored, args.states, args.traces, target is None, budget, args.jobs)
 
 
 def _replay(path: Path, target: str | None, profile_name: str | None, args: Any) -> int:

@@ -205,6 +205,7 @@ def run_conformance(
     on_failure: Callable[[Failure], None] | None = None,
     explore: Bounds | None = None,
     on_stage: Callable[[str], None] | None = None,
+    jobs: int = 1,
 ) -> ConformanceReport:
     """Model-check the cache ``factory`` builds against the spec, under ``profile``.
 
@@ -215,7 +216,7 @@ def run_conformance(
     recorded and the run goes on past it (``ConformanceMachine.require``). ``progress``
     gets the running counts at the start of every run; ``on_failure`` each finding as soon
     as it is minimized; ``on_stage`` a line as each stage starts (an exploration stage, a
-    search).
+    search). ``jobs`` worker processes share the exploration (``explore/workers.py``).
 
     The first search draws as the settings say (``seed``: from that seed instead). Until
     ``budget`` seconds are spent the search goes on with the next seed, every declared
@@ -260,7 +261,9 @@ def run_conformance(
         if budget is not None:
             seconds = max(budget * EXPLORE_SHARE, min(budget, EXPLORE_FLOOR))
         explored = machine("Explored")
-        _explore(explored, explore, seconds, report, progress, on_failure, max_failures, stage)
+        _explore(
+            explored, explore, seconds, report, progress, on_failure, max_failures, stage, jobs
+        )
         acknowledged.update(failure.finding for failure in report.failures)
     draw, examples = seed, None
     while len(report.failures) < max_failures and not (report.searches and over_budget()):
@@ -325,10 +328,11 @@ def _explore(
     on_failure: Callable[[Failure], None] | None,
     max_failures: int,
     on_stage: Callable[[str], None],
+    jobs: int,
 ) -> None:
     """Every state within ``bounds``, breadth first, for ``seconds`` shared by its stages
-    (``Bounds.stages``): each finding (a shortest sequence, handed over as found) goes into
-    the report once; the situations reached count."""
+    (``Bounds.stages``), on ``jobs`` processes: each finding (a shortest sequence, handed
+    over as found) goes into the report once; the situations reached count."""
     machine.session.coverage = report.coverage.counts
 
     def found(finding: ShortestFinding) -> None:
@@ -356,6 +360,7 @@ def _explore(
             progress=show,
             budget=seconds / len(stages),
             on_finding=found,
+            jobs=jobs,
         )
         report.explored.append(explored)
         report.stats["explored transitions"] += explored.transitions

@@ -784,11 +784,16 @@ def explore_states(
 
 
 def command(
-    targets: Sequence[Target], text: str, traces: Path, own: bool, budget: float | None = None
+    targets: Sequence[Target],
+    text: str,
+    traces: Path,
+    own: bool,
+    budget: float | None = None,
+    jobs: int = 1,
 ) -> int:
     """Explore each target (``budget`` seconds each at most, shared by the stages of a
-    foreign cache's bounds: ``Bounds.stages``), print each finding as it is found with its
-    trace, then each exploration's row."""
+    foreign cache's bounds: ``Bounds.stages``) with ``jobs`` worker processes, print each
+    finding as it is found with its trace, then each exploration's row."""
     from radixkv_conformance.progress import Progress
 
     reports = []
@@ -809,6 +814,7 @@ def command(
                     progress=show,
                     budget=None if budget is None else budget / len(stages),
                     on_finding=announce,
+                    jobs=jobs,
                 )
             reports.append(report)
             print(report.render(), flush=True)
