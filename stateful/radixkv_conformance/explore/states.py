@@ -35,7 +35,14 @@ from radixkv_conformance.explore.alphabet import (
     Labels,
     TokenLists,
 )
-from radixkv_conformance.explore.driver import Call, Driver, Fork, State, quiet_build_context
+from radixkv_conformance.explore.driver import (
+    Call,
+    Driver,
+    Fork,
+    RuleCall,
+    State,
+    quiet_build_context,
+)
 from radixkv_conformance.explore.sequences import (
     ExhaustiveReport,
     Explorer,
@@ -628,32 +635,32 @@ class _Breadth(Explorer):
                 workers.close()
         self.states.fixpoint = not level
 
-    def _expand(self, level: list[State], depth: int) -> Iterator[list[Successor]]:
+    def _expand(self, level: list[State], depth: int) -> Iterator[Iterable[Successor]]:
         """Each state's successors, in order (``Workers.expand`` is the same, in parallel)."""
         for state in level:
             yield self.successors(state)
 
-    def successors(self, state: State) -> list[Successor]:
+    def successors(self, state: State) -> Iterator[Successor]:
         """What each step from ``state`` leads to: a finding, a state past the lock bound,
-        or a state with its canonical key (whether it was seen before is the caller's)."""
+        or a state with its canonical key (whether it was seen before is the caller's), one
+        at a time: a copy the caller does not keep is freed before the next is made."""
         steps = _steps_of(state)
-        out = []
         for child, call in self.children(state):
             path = [*steps, call.step]
             failed = call.error or self._check(child)
             if failed is not None:
-                out.append(Successor(child, path, finding=self._finding(child, path, failed)))
+                yield Successor(None, call.step, self._finding(child, path, failed))
             elif len(child.bundles.get("locks", ())) > self.bounds.locks:
-                out.append(Successor(child, path, beyond=True))
+                yield Successor(None, call.step, beyond=True)
             else:
-                out.append(Successor(child, path, key=self._key(child)))
-        return out
+                yield Successor(child, call.step, key=self._key(child))
 
     def _take(
-        self, state: State, successors: list[Successor], depth: int, merge: bool
+        self, state: State, successors: Iterable[Successor], depth: int, merge: bool
     ) -> list[State]:
         """Count ``successors``, keep their findings and return the new states among them."""
         out = []
+        steps = _steps_of(state)
         for successor in successors:
             self.states.transitions += 1
             self._maybe_progress()
@@ -663,9 +670,8 @@ class _Breadth(Explorer):
                 self._keep(successor.finding)
             elif successor.beyond:
                 self.states.beyond += 1
-            else:
-                child = successor.state
-                setattr(child, "steps", successor.path)  # noqa: B010  # the path, as steps
+            elif (child := successor.state) is not None:
+                setattr(child, "steps", [*steps, successor.step])  # noqa: B010  # as steps
                 if self._new(child, successor.key, depth + 1, merge):
                     out.append(child)
         return out
@@ -708,8 +714,8 @@ class _Breadth(Explorer):
 class Successor:
     """One step from a state, as ``_Breadth.successors`` judged it."""
 
-    state: State
-    path: list[Any]  # the steps from the start, this one included
+    state: State | None  # the state it leads to, where that state is to be kept
+    step: RuleCall
     finding: ShortestFinding | None = None
     beyond: bool = False  # past the lock bound: checked, not expanded
     key: Hashable = None  # the canonical key of a state to keep (``canonical``)

@@ -95,7 +95,7 @@ def _successors(task: Task) -> tuple[list[Successor], Counted]:
     coverage, stats = tallies(explorer.driver.machine_cls)
     coverage_before, stats_before = Counter(coverage), Counter(stats)
     acknowledged, notes = explorer.report.acknowledged, len(explorer.states.notes)
-    successors = explorer.successors(state)
+    successors = list(explorer.successors(state))
     counted = Counted(
         coverage - coverage_before,
         stats - stats_before,
@@ -110,6 +110,8 @@ def _light(successor: Successor) -> Successor:
     """A successor as it travels back: its state as a path (the parent hands it to a
     worker again, which rebuilds it), no machine."""
     child = successor.state
+    if child is None:
+        return successor
     return dataclasses.replace(
         successor, state=State(None, {}, child.seen, child.path, child.variant)
     )
