@@ -34,10 +34,13 @@ def validate_token_id(value: object) -> int:
     """
     # bool is an int (True == 1, hash(True) == hash(1)): a key holding True is the key
     # holding 1, and telling them apart would cost the cache a type check per token
-    if not isinstance(value, SupportsIndex):
+    if type(value) is int:  # the common case, without a runtime Protocol check
+        token_id = value
+    elif isinstance(value, SupportsIndex):
+        # Integers of other libraries (numpy) count as ints through __index__
+        token_id = operator.index(value)
+    else:
         raise TypeError(f"token id must be an int, got {type(value).__name__}")
-    # Integers of other libraries (numpy) count as ints through __index__
-    token_id = operator.index(value)
     # Ids index an int64 vocabulary: no negatives, nothing that overflows int64
     if not 0 <= token_id < MAX_TOKEN_ID:
         raise ValueError(f"token id {token_id} is outside [0, 2**63)")
@@ -63,7 +66,10 @@ def validate_tokens(tokens: Sequence[object]) -> tuple[Token, ...]:
     raises: TypeError, ValueError
     post: len(__return__) == len(tokens)
     """
-    return tuple(validate_token(token) for token in tokens)
+    as_tuple = tuple(tokens)
+    if all(type(token) is int and 0 <= token < MAX_TOKEN_ID for token in as_tuple):
+        return as_tuple  # plain ids, each checked as validate_token would check it
+    return tuple(validate_token(token) for token in as_tuple)
 
 
 def validate_namespace(extra_key: object) -> Namespace:
