@@ -13,7 +13,7 @@ prefix of a key (``len // page_size * page_size`` tokens) and ignore the tail.
 
 import operator
 from collections.abc import Sequence
-from typing import Final, SupportsIndex, TypeAlias
+from typing import Final, SupportsIndex, TypeAlias, cast
 
 Token: TypeAlias = int | tuple[int, ...]
 Namespace: TypeAlias = str | None
@@ -68,7 +68,7 @@ def validate_tokens(tokens: Sequence[object]) -> tuple[Token, ...]:
     """
     as_tuple = tuple(tokens)
     if all(type(token) is int and 0 <= token < MAX_TOKEN_ID for token in as_tuple):
-        return as_tuple  # plain ids, each checked as validate_token would check it
+        return cast(tuple[Token, ...], as_tuple)  # plain ids, checked as validate_token would
     return tuple(validate_token(token) for token in as_tuple)
 
 

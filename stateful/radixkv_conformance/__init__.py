@@ -20,6 +20,7 @@ from radixkv_conformance.conformance import (
     run_conformance,
 )
 from radixkv_conformance.findings import Finding
+from radixkv_conformance.fuzz import fuzz_test
 from radixkv_conformance.machines import ConformanceMachine
 from radixkv_conformance.minimize import minimize
 from radixkv_conformance.profile import (
@@ -71,6 +72,7 @@ __all__ = [
     "PrefixCacheAdapter",
     "Profile",
     "Sizes",
+    "fuzz_test",
     "machine_for",
     "minimize",
     "require_capabilities",

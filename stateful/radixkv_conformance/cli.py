@@ -112,6 +112,10 @@ def _command(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     try:
         args.option = _options(args.option)
         args.uncovered_ok = sorted(check_names(args.uncovered_ok))
+        if args.database is not None:  # refused before any cache is built, if it must be
+            from radixkv_conformance.fuzz import open_database
+
+            open_database(args.database)
         if args.replay is not None:
             return _replay(args.replay, args.target, profile_name, args)
         targets = _targets(args)
@@ -191,6 +195,12 @@ def _parser() -> argparse.ArgumentParser:
         metavar="SECONDS",
         help=f"seconds of exploration and search per cache (default {BUDGET:g} for a "
         f"MODULE:FACTORY, {OWN_BUDGET:g} for each of radixkv's caches)",
+    )
+    check.add_argument(
+        "--database",
+        metavar="WHERE",
+        help="first replay the examples a fuzz run stored here (a directory, or "
+        "redis://HOST:PORT): radixkv_conformance.fuzz_test",
     )
     check.add_argument(
         "--jobs",
@@ -338,6 +348,7 @@ def _check_one(label: str, target: str, profile_name: str | None, args: Any) -> 
     """One cache's exploration and search; findings are printed as they are found."""
     from radixkv_conformance.conformance import run_conformance
     from radixkv_conformance.explore.states import parse_bounds
+    from radixkv_conformance.fuzz import open_database
     from radixkv_conformance.progress import Progress, Stages
 
     factory, declared = load(target, args.option)
@@ -358,6 +369,7 @@ def _check_one(label: str, target: str, profile_name: str | None, args: Any) -> 
             on_failure=show,
             explore=explore,
             on_stage=Stages(label, args.budget, progress),
+            database=open_database(args.database),
             jobs=args.jobs if len(_targets(args)) == 1 else 1,
         )
     return label, report.render(), report.passed, report.complete

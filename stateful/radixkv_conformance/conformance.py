@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import sys
 import time
+import unittest
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -31,6 +32,7 @@ from typing import Any
 
 from hypothesis import Phase, seed
 from hypothesis import settings as Settings
+from hypothesis.database import ExampleDatabase
 from hypothesis.errors import Unsatisfiable
 from hypothesis.reporting import with_reporter
 from hypothesis.stateful import get_state_machine_test
@@ -40,6 +42,7 @@ from radixkv_conformance.explore.driver import draws_independent_of_loaded_modul
 from radixkv_conformance.explore.sequences import ShortestFinding
 from radixkv_conformance.explore.states import Bounds, StatesReport, explore_states
 from radixkv_conformance.findings import Finding, flatten, invariant_id
+from radixkv_conformance.fuzz import machine_name
 from radixkv_conformance.machines import ConformanceMachine
 from radixkv_conformance.minimize import minimize
 from radixkv_conformance.profile import RADIXKV, Profile, describe
@@ -206,6 +209,7 @@ def run_conformance(
     explore: Bounds | None = None,
     on_stage: Callable[[str], None] | None = None,
     jobs: int = 1,
+    database: ExampleDatabase | None = None,
 ) -> ConformanceReport:
     """Model-check the cache ``factory`` builds against the spec, under ``profile``.
 
@@ -217,6 +221,8 @@ def run_conformance(
     gets the running counts at the start of every run; ``on_failure`` each finding as soon
     as it is minimized; ``on_stage`` a line as each stage starts (an exploration stage, a
     search). ``jobs`` worker processes share the exploration (``explore/workers.py``).
+    ``database`` is a Hypothesis example database a fuzz run filled (``fuzz.py``): the
+    examples stored there for this cache are replayed first, each failure a finding.
 
     The first search draws as the settings say (``seed``: from that seed instead). Until
     ``budget`` seconds are spent the search goes on with the next seed, every declared
@@ -245,7 +251,7 @@ def run_conformance(
 
     def machine(kind: str) -> type[ConformanceMachine]:
         return machine_for(
-            f"{_identifier(name)}{kind}",
+            machine_name(name, kind),
             factory,
             profile,
             capabilities=capabilities,
@@ -256,6 +262,14 @@ def run_conformance(
     stage = on_stage or (lambda _: None)
     situations = machine("Machine").session.situations
     report.coverage = Coverage(situations, accepted=frozenset(uncovered_ok))
+    if database is not None:
+        stage("replaying the examples a fuzz run stored in the database")
+        stored = _replay_stored(machine("Machine"), database, settings)
+        for finding in stored[:max_failures]:
+            report.failures.append(_minimized(finding, factory, profile))
+            acknowledged.add(finding.finding_id)
+            if on_failure is not None:
+                on_failure(report.failures[-1])
     if explore is not None:
         seconds = EXPLORE_SECONDS
         if budget is not None:
@@ -303,6 +317,19 @@ def run_conformance(
     report.budget_spent = report.budget_spent or over_budget()
     report.seconds = time.perf_counter() - started
     return report
+
+
+def _replay_stored(
+    machine: type[ConformanceMachine], database: ExampleDatabase, settings: Settings | None
+) -> list[Finding]:
+    """The findings of the examples ``database`` holds for ``machine`` (Hypothesis' reuse
+    phase alone: nothing new is drawn; a fuzz run stored them shrunk)."""
+    base = settings if settings is not None else Settings()
+    replay = Settings(base, database=database, derandomize=False, phases=[Phase.reuse])
+    try:
+        return _search(machine, replay)
+    except unittest.SkipTest:  # Hypothesis' word for "nothing stored for this machine"
+        return []
 
 
 def _search_stage(report: ConformanceReport, draw: int | None) -> str:
@@ -411,7 +438,3 @@ def _search(
             unique.setdefault(finding.finding_id, finding)
         return list(unique.values())
     return []
-
-
-def _identifier(name: str) -> str:
-    return "".join(ch for ch in name.title() if ch.isalnum()) or "Cache"

@@ -13,7 +13,7 @@ import os
 
 from hypothesis import HealthCheck, Phase, settings
 
-_SLOW_OK = [HealthCheck.too_slow, HealthCheck.filter_too_much, HealthCheck.data_too_large]
+SLOW_OK = [HealthCheck.too_slow, HealthCheck.filter_too_much, HealthCheck.data_too_large]
 
 settings.register_profile(
     "ci",
@@ -23,7 +23,7 @@ settings.register_profile(
     derandomize=True,
     database=None,
     print_blob=True,
-    suppress_health_check=_SLOW_OK,
+    suppress_health_check=SLOW_OK,
 )
 settings.register_profile(
     # The ci run without shrinking: a mutation run needs to know *that* a mutant fails.
@@ -38,7 +38,7 @@ settings.register_profile(
     stateful_step_count=30,
     deadline=None,
     database=None,
-    suppress_health_check=_SLOW_OK,
+    suppress_health_check=SLOW_OK,
 )
 settings.register_profile(
     "thorough",
@@ -46,7 +46,7 @@ settings.register_profile(
     stateful_step_count=100,
     deadline=None,
     database=None,
-    suppress_health_check=_SLOW_OK,
+    suppress_health_check=SLOW_OK,
 )
 
 
