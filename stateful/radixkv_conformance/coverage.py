@@ -51,21 +51,24 @@ class Probe:
         copy.handle_evicted = self.handle_evicted
         return copy
 
-    def open(self, step: Step, model: Any) -> None:
-        """A step starts: the model's view before it."""
-        self._open = (step, view_of(model)) if self.watched and "bad" not in step else None
+    def open(self, step: Step, model: Any, before: View | None = None) -> None:
+        """A step starts: the model's view before it (``before``, where the caller has it:
+        the view ``close`` just took of the same model)."""
+        watched = self.watched and "bad" not in step
+        self._open = (step, view_of(model) if before is None else before) if watched else None
         self.handle, self.handle_evicted = None, False
 
-    def close(self, model: Any) -> None:
-        """The open step is over: count what it reached."""
+    def close(self, model: Any) -> View | None:
+        """The open step is over: count what it reached; the model's view after it."""
         if self._open is None:
-            return
+            return None
         step, before = self._open
         self._open = None
+        after = view_of(model)
         transition = Transition(
             op=step["op"],
             before=before,
-            after=view_of(model),
+            after=after,
             page_size=self.page_size,
             namespace=step.get("namespace"),
             tokens=tuple(step.get("tokens", ())),
@@ -81,6 +84,7 @@ class Probe:
         split = ends_mid_path(transition) if transition.op in ("match", "insert") else None
         if split is not None:
             self.splits.add(split)
+        return after
 
     def rarity(self) -> float:
         """How rare this run's situations are so far: the search's target (``teardown``)."""

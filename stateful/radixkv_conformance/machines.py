@@ -513,11 +513,11 @@ class ConformanceMachine(RuleBasedStateMachine):
     # ---- steps ---------------------------------------------------------------------------
 
     def log(self, op: str, **fields: Any) -> Step:
-        self.probe.close(self.model)  # the step before is over
+        after = self.probe.close(self.model)  # the step before is over
         step: Step = {"id": len(self.trace), "op": op, **fields}
         self.trace.append(step)
         self.count("steps")
-        self.probe.open(step, self.model)
+        self.probe.open(step, self.model, after)  # the model as the step before left it
         return step
 
     def note_handle(self, ref: NodeRef) -> None:
