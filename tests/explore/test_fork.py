@@ -114,3 +114,24 @@ def test_tensor_views_keep_sharing_their_storage_in_the_copy() -> None:
     view_first, whole_after = fork([view, whole])  # a view met before its whole storage
     whole_after[3] = 77
     assert view_first.tolist() == [2, 77]
+
+
+class Packed(bytes):
+    __slots__ = ()
+
+
+class Tagged(bytes):
+    """A bytes subclass that holds more than its bytes: copied, not shared."""
+
+
+def test_immutable_values_are_kept_and_values_that_hold_more_are_copied() -> None:
+    packed, tagged = Packed(b"\x01\x02"), Tagged(b"\x01")
+    tagged.__dict__["note"] = [1]
+    new_packed, new_tagged = fork((packed, tagged))
+    assert new_packed is packed
+    assert new_tagged == tagged and new_tagged is not tagged
+    assert new_tagged.__dict__["note"] == [1]
+    assert new_tagged.__dict__["note"] is not tagged.__dict__["note"]
+    torch = pytest.importorskip("torch")
+    device = torch.device("cpu")
+    assert fork([device])[0] is device

@@ -12,7 +12,8 @@ meaning, several times faster:
   ``__getstate__`` or ``__setstate__`` of its own, nothing in ``copyreg``) is rebuilt from
   its ``__dict__`` and slots, as ``copy.deepcopy`` would rebuild it;
 - a torch tensor (where torch is loaded) is copied with its storage once per storage, so
-  views that shared memory still share it in the copy, and nothing else of torch is copied;
+  views that shared memory still share it in the copy; a ``torch.device``, and a subclass of
+  ``bytes``, ``str`` or a number that holds nothing else, is immutable and kept as it is;
 - a bound method follows its owner (``ids.append`` on a copied ``ids`` appends to the copy:
   two branches never share a list through a callback);
 - anything else goes to ``copy.deepcopy`` with the same memo, so sharing and cycles hold
@@ -32,6 +33,7 @@ import weakref
 from collections import Counter, OrderedDict, defaultdict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from operator import is_not
 from typing import Any, TypeVar
 
 ATOMIC: frozenset[type] = frozenset(
@@ -72,7 +74,7 @@ class _Fork:
 
     def __init__(self, memo: Memo) -> None:
         self.memo = memo
-        self.storages: dict[tuple[str, int], Any] = {}  # a storage's copy, or a tensor's
+        self.storages: dict[tuple[Any, int], Any] = {}  # a storage's copy, or a tensor's
 
     def copy(self, value: Any) -> Any:
         cls = type(value)
@@ -126,16 +128,21 @@ def _tuple(f: _Fork, value: tuple[Any, ...]) -> tuple[Any, ...]:
     made: tuple[Any, ...] | None = f.memo.get(id(value))
     if made is not None:  # a cycle through the tuple made it already
         return made
-    if all(a is b for a, b in zip(items, value, strict=True)):
+    if not any(map(is_not, items, value)):
         return value
     return f.keep(value, tuple(items))
 
 
 def _frozenset(f: _Fork, value: frozenset[Any]) -> frozenset[Any]:
     items = [f.item(v) for v in value]
-    if all(a is b for a, b in zip(items, value, strict=True)):
+    if not any(map(is_not, items, value)):
         return value
     return f.keep(value, frozenset(items))
+
+
+def _itself(f: _Fork, value: Any) -> Any:
+    """An immutable value: the copy may hold the original."""
+    return value
 
 
 def _method(f: _Fork, value: types.MethodType) -> types.MethodType:
@@ -179,6 +186,8 @@ def _copier_of_class(cls: type) -> Copier:
     torch = sys.modules.get("torch")
     if torch is not None and cls is torch.Tensor:
         return _tensor
+    if (torch is not None and cls is torch.device) or _immutable_scalar(cls):
+        return _itself
     if not _copies_by_default(cls):
         return _deepcopy
     slots = _slot_names(cls)
@@ -195,6 +204,14 @@ def _copier_of_class(cls: type) -> Copier:
         return new
 
     return rebuild
+
+
+def _immutable_scalar(cls: type) -> bool:
+    """A subclass of an immutable scalar type (``bytes``, ``str``, numbers) whose instances
+    hold nothing else (no ``__dict__``, no slots): a packed key, say."""
+    scalar = issubclass(cls, (bytes, str, int, float, complex)) and not issubclass(cls, bool)
+    has_dict = any("__dict__" in vars(base) for base in cls.__mro__ if base is not object)
+    return scalar and not has_dict and not _slot_names(cls)
 
 
 def _copies_by_default(cls: type) -> bool:
@@ -239,7 +256,7 @@ def _tensor(f: _Fork, value: Any) -> Any:
     if value.requires_grad or value.layout is not torch.strided or vars(value):
         return copy.deepcopy(value, f.memo)
     storage = value.untyped_storage()
-    key = (str(value.device), storage.data_ptr())
+    key = (value.device, storage.data_ptr())
     copied = f.storages.get(key)
     whole = (
         value.storage_offset() == 0
