@@ -423,7 +423,7 @@ def _explore(target: str | None, profile_name: str | None, args: Any) -> int:
         profile = _profile(profile_name, declared)
         explored = [sequences.target(target, factory, profile, args.known)]
     if args.exhaustive is not None:
-        return sequences.command(explored, args.exhaustive, args.traces)
+        return sequences.command(explored, args.exhaustive, args.traces, args.jobs)
     budget = args.budget if args.budget is not None else BUDGET
     return states.command(explored, args.states, args.traces, target is None, budget, args.jobs)
 

@@ -5,11 +5,13 @@ with the same shortest traces, the same situation counts (``explore/workers.py``
 from __future__ import annotations
 
 import functools
+import re
 from collections import Counter
 from typing import Any
 
 import pytest
 from radixkv_conformance.adapters import planted, radixkv
+from radixkv_conformance.explore import sequences
 from radixkv_conformance.explore.sequences import target
 from radixkv_conformance.explore.states import Bounds, StatesReport, explore_states, parse_bounds
 from radixkv_conformance.explore.workers import can_fork, tallies
@@ -69,3 +71,18 @@ def test_jobs_below_one_are_refused() -> None:
     machine = target("Jobs", radixkv.radix_cache, radixkv.PROFILE).machine()
     with pytest.raises(ValueError, match="1 or more"):
         explore_states(machine, BOUNDS, jobs=0)
+
+
+def test_every_short_sequence_is_run_the_same_with_a_process_per_cache() -> None:
+    targets = [
+        target("Jobs", radixkv.radix_cache, radixkv.PROFILE),
+        target("JobsPlanted", functools.partial(planted.factory, bugs="held_after_reset"), RADIXKV),
+    ]
+    one = [report.render() for report in sequences._explored(targets, 2, 1)]
+    many = [report.render() for report in sequences._explored(targets, 2, 2)]
+    assert [_untimed(text) for text in many] == [_untimed(text) for text in one]
+    assert one[0].startswith("Jobs: ok") and "sequences up to 2 steps" in one[0]
+
+
+def _untimed(text: str) -> str:
+    return re.sub(r"in [\d.]+s \(\d+/s", "in ?", text)

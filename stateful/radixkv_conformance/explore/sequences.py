@@ -33,6 +33,7 @@ reports which it used and how fast it ran.
 
 from __future__ import annotations
 
+import multiprocessing
 import re
 import time
 from collections import Counter
@@ -337,15 +338,48 @@ def _acknowledged_now(state: State) -> bool:
     return bool(hits) and hits[-1][0] == len(trace) - 1
 
 
+def _explored(targets: Sequence[Target], depth: int, jobs: int) -> Iterator[ExhaustiveReport]:
+    """Each target's exploration, in order: here, or in ``jobs`` forked processes (an
+    exploration does not depend on which process runs it)."""
+    global _TARGETS
+    if jobs > 1 and len(targets) > 1 and "fork" in multiprocessing.get_all_start_methods():
+        _TARGETS = list(targets)  # what the forked workers hold
+        with multiprocessing.get_context("fork").Pool(min(jobs, len(targets))) as pool:
+            yield from pool.imap(_explore_one, [(at, depth) for at in range(len(targets))])
+        return
+    from radixkv_conformance.progress import Progress
+
+    for target in targets:
+        with Progress(target.label) as bar:
+
+            def show(report: ExhaustiveReport, bar: Progress = bar) -> None:
+                bar.update(Counter({"runs": report.sequences, "steps": report.steps}))
+
+            yield explore(
+                target.machine(), target.alphabet, depth, name=target.label, progress=show
+            )
+
+
+_TARGETS: list[Target] = []
+
+
+def _explore_one(task: tuple[int, int]) -> ExhaustiveReport:
+    at, depth = task
+    target = _TARGETS[at]
+    return explore(target.machine(), target.alphabet, depth, name=target.label)
+
+
 def target(label: str, factory: Any, profile: Any, known: Iterable[str] = ()) -> Target:
     """The kit's machine for ``factory`` under ``profile``: the rule set of every capability
     the adapter declares (checked up front, as for the random search)."""
 
     def machine() -> type[RuleBasedStateMachine]:
+        from radixkv_conformance.fuzz import machine_name
         from radixkv_conformance.registry import machine_for
 
-        name = "".join(ch for ch in label.title() if ch.isalnum()) or "Cache"
-        return machine_for(f"{name}Exhaustive", factory, profile, known=frozenset(known))
+        return machine_for(
+            machine_name(label, "Exhaustive"), factory, profile, known=frozenset(known)
+        )
 
     return Target(label, machine)
 
@@ -368,22 +402,14 @@ def own_targets(known: Iterable[str] = ()) -> list[Target]:
     return out
 
 
-def command(targets: Sequence[Target], depth: int, traces: Path) -> int:
-    """``radixkv check --exhaustive N``: explore, print, write a trace per finding."""
-    from radixkv_conformance.progress import Progress
+def command(targets: Sequence[Target], depth: int, traces: Path, jobs: int = 1) -> int:
+    """``radixkv check --exhaustive N``: explore (``jobs`` targets at once, one process
+    each), print in the targets' order, write a trace per finding."""
     from radixkv_conformance.trace import write
 
     started = time.perf_counter()
     reports = []
-    for target in targets:
-        with Progress(target.label) as bar:
-
-            def show(report: ExhaustiveReport, bar: Progress = bar) -> None:
-                bar.update(Counter({"runs": report.sequences, "steps": report.steps}))
-
-            report = explore(
-                target.machine(), target.alphabet, depth, name=target.label, progress=show
-            )
+    for target, report in zip(targets, _explored(targets, depth, jobs), strict=True):
         reports.append(report)
         print(report.render(), flush=True)
         for i, finding in enumerate(report.findings.values(), 1):
