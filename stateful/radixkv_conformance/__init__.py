@@ -35,6 +35,7 @@ from radixkv_conformance.profile import (
 )
 from radixkv_conformance.protocol import (
     CAPABILITIES,
+    AdapterBroken,
     AdapterError,
     Evicted,
     Host,
@@ -57,6 +58,7 @@ __all__ = [
     "RADIXKV_MAMBA",
     "RADIXKV_SWA",
     "SGLANG",
+    "AdapterBroken",
     "AdapterError",
     "ConformanceError",
     "ConformanceMachine",

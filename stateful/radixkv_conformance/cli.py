@@ -22,7 +22,10 @@ was reached or ``--budget`` seconds per cache are spent (``radixkv_spec.situatio
 
 Exit status: 0 every invariant held and every declared situation was reached (or named by
 ``--uncovered-ok``); 1 a finding; 2 a usage error; 3 every invariant held but some declared
-situation was never reached, so the pass is incomplete.
+situation was never reached, so the pass is incomplete; 4 the adapter is broken: its module
+does not import (a syntax error, a missing dependency) or its factory builds no adapter (a
+wrong signature, an exception of its own). ``MODULE`` may also be the path of a ``.py``
+file (``radixkv check ./my_adapter.py:factory``).
 """
 
 from __future__ import annotations
@@ -39,12 +42,12 @@ from pathlib import Path
 from typing import Any
 
 from radixkv_conformance.coverage import check_names
-from radixkv_conformance.protocol import AdapterError
+from radixkv_conformance.protocol import AdapterBroken, AdapterError
 from radixkv_conformance.targets import OWN, REPLAY_DEFAULT, load
 from radixkv_conformance.trace import slug, write
 
 SETTINGS_PROFILES = ("ci", "dev", "thorough")
-PASSED, FAILED, USAGE, INCOMPLETE = 0, 1, 2, 3  # exit statuses (module doc)
+PASSED, FAILED, USAGE, INCOMPLETE, BROKEN_ADAPTER = 0, 1, 2, 3, 4  # exit statuses (module doc)
 BUDGET = (
     120.0  # seconds per cache for a MODULE:FACTORY by default (README: "A minute with the kit")
 )
@@ -60,6 +63,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return _command(parser, args)
+    except AdapterBroken as broken:
+        if getattr(args, "debug", False):
+            raise
+        said = f"the adapter is broken: {broken} (--debug shows where)"
+        print(f"radixkv {args.command}: {said}", file=sys.stderr)
+        return BROKEN_ADAPTER
     except USAGE_ERRORS as error:
         if getattr(args, "debug", False):
             raise

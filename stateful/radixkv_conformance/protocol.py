@@ -399,6 +399,13 @@ class AdapterError(TypeError):
     """An adapter does not implement what it claims (raised before any step runs)."""
 
 
+class AdapterBroken(Exception):
+    """An adapter whose module does not import (a syntax error, a dependency missing) or
+    whose factory cannot build an adapter (a wrong signature, an exception of its own):
+    not a finding of the cache, nor a mistake of the command line (``radixkv check``
+    exits 4)."""
+
+
 def declared_capabilities(adapter: object) -> frozenset[str]:
     """The capabilities ``adapter`` lists (none when it has no ``capabilities``)."""
     declared: frozenset[str] = frozenset(getattr(adapter, "capabilities", ()))

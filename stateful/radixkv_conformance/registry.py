@@ -4,6 +4,8 @@ sets, so no rule set imports the module that picks it."""
 
 from __future__ import annotations
 
+import functools
+import inspect
 from collections import Counter
 from collections.abc import Callable
 from typing import Any
@@ -13,6 +15,7 @@ from radixkv_spec.situations import declared
 from radixkv_conformance.machines import ConformanceMachine, Session
 from radixkv_conformance.profile import RADIXKV, Profile
 from radixkv_conformance.protocol import (
+    AdapterBroken,
     AdapterError,
     AdapterFactory,
     Indices,
@@ -50,9 +53,43 @@ def rule_set(capabilities: frozenset[str]) -> type[ConformanceMachine]:
 
 
 def probe_adapter(factory: AdapterFactory, profile: Profile) -> Any:
-    """One adapter built before any run, to read what it claims (``capabilities``, ``notes``)."""
+    """One adapter built before any run, to read what it claims (``capabilities``, ``notes``).
+
+    A factory that refuses its options (``ValueError``, ``LookupError``: a bad
+    ``--option``) raises that; one that cannot be called as ``factory(page_size, host)``
+    with them, or fails otherwise, is ``AdapterBroken``."""
     probe = _ProbeHost(profile.page_sizes[0], profile.windows[0])
-    return factory(probe.page_size, probe)
+    try:
+        return factory(probe.page_size, probe)
+    except (ValueError, LookupError):
+        raise
+    except Exception as error:
+        if isinstance(error, TypeError) and _options_do_not_bind(factory, probe):
+            raise LookupError(f"the factory takes no such --option: {error}") from error
+        name = getattr(factory, "__qualname__", None) or repr(factory)
+        raise AdapterBroken(
+            f"{name}(page_size, host) did not build an adapter: {type(error).__name__}: {error}"
+        ) from error
+
+
+def _options_do_not_bind(factory: AdapterFactory, probe: _ProbeHost) -> bool:
+    """The factory's own signature takes ``(page_size, host)`` but not the options bound to
+    it (a ``functools.partial`` of ``--option``s): the command line's mistake."""
+    if not isinstance(factory, functools.partial) or not factory.keywords:
+        return False
+    try:
+        signature = inspect.signature(factory.func)
+    except (TypeError, ValueError):
+        return False
+    try:
+        signature.bind(probe.page_size, probe)
+    except TypeError:
+        return False
+    try:
+        signature.bind(probe.page_size, probe, **factory.keywords)
+    except TypeError:
+        return True
+    return False
 
 
 def probe_capabilities(factory: AdapterFactory, profile: Profile) -> frozenset[str]:
