@@ -346,7 +346,13 @@ def _check(targets: list[tuple[str, str]], profile_name: str | None, args: Any) 
 
 
 def _targets(args: Any) -> list[tuple[str, str]]:
-    return [(args.target, args.target)] if args.target else list(OWN)
+    """(label, target) of each cache to check; a file's path is labelled by its module's
+    name, as a fuzz test names it (``fuzz.cache_name``)."""
+    if not args.target:
+        return list(OWN)
+    module, _, attr = args.target.rpartition(":")
+    label = f"{Path(module).stem}:{attr}" if module.endswith(".py") else args.target
+    return [(label, args.target)]
 
 
 Outcome = tuple[str, str, bool, bool]
