@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import functools
 import re
+import sys
+import types
 from collections import Counter
 from typing import Any
 
@@ -14,7 +16,7 @@ from radixkv_conformance.adapters import planted, radixkv
 from radixkv_conformance.explore import sequences
 from radixkv_conformance.explore.sequences import target
 from radixkv_conformance.explore.states import Bounds, StatesReport, explore_states, parse_bounds
-from radixkv_conformance.explore.workers import can_fork, tallies
+from radixkv_conformance.explore.workers import can_fork, tallies, why_not_fork
 from radixkv_conformance.profile import RADIXKV
 
 pytestmark = [
@@ -86,3 +88,20 @@ def test_every_short_sequence_is_run_the_same_with_a_process_per_cache() -> None
 
 def _untimed(text: str) -> str:
     return re.sub(r"in [\d.]+s \(\d+/s", "in ?", text)
+
+
+def test_a_process_holding_cuda_explores_alone_and_says_why(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A forked child cannot use its parent's CUDA context: the engine's error would read
+    as a finding, so the exploration stays in one process."""
+    torch = pytest.importorskip("torch")
+    holding = types.ModuleType("torch")
+    holding.__dict__.update(vars(torch))
+    holding.cuda = types.SimpleNamespace(is_initialized=lambda: True)  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "torch", holding)
+    assert "CUDA is initialized" in (why_not_fork() or "")
+    machine = target("Jobs", radixkv.radix_cache, radixkv.PROFILE).machine()
+    report = explore_states(machine, parse_bounds("tokens=1,length=1,locks=1,depth=2"), jobs=2)
+    assert any("CUDA is initialized" in note and "one process" in note for note in report.notes)
+    assert report.fork == "copy" and report.passed, report.render()

@@ -342,7 +342,9 @@ def _explored(targets: Sequence[Target], depth: int, jobs: int) -> Iterator[Exha
     """Each target's exploration, in order: here, or in ``jobs`` forked processes (an
     exploration does not depend on which process runs it)."""
     global _TARGETS
-    if jobs > 1 and len(targets) > 1 and "fork" in multiprocessing.get_all_start_methods():
+    from radixkv_conformance.explore.workers import can_fork
+
+    if jobs > 1 and len(targets) > 1 and can_fork():
         _TARGETS = list(targets)  # what the forked workers hold
         with multiprocessing.get_context("fork").Pool(min(jobs, len(targets))) as pool:
             yield from pool.imap(_explore_one, [(at, depth) for at in range(len(targets))])

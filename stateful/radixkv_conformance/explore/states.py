@@ -50,7 +50,7 @@ from radixkv_conformance.explore.sequences import (
     Target,
     listed,
 )
-from radixkv_conformance.explore.workers import Workers, can_fork, tallies
+from radixkv_conformance.explore.workers import Workers, tallies, why_not_fork
 from radixkv_conformance.trace import slug
 
 LOW = 1 << 10
@@ -775,8 +775,9 @@ def explore_states(
         explorer.deadline = started + budget
     if progress is not None:
         explorer.progress = lambda _: progress(report)
-    if jobs > 1 and not can_fork():
-        report.notes.append(f"{jobs} jobs asked for, but this platform cannot fork: one process")
+    refused = why_not_fork() if jobs > 1 else None
+    if refused is not None:
+        report.notes.append(f"{jobs} jobs asked for, but {refused}: one process")
         jobs = 1
     with quiet_build_context():
         explorer.run(merge, jobs)

@@ -11,14 +11,15 @@ are always whole).
 
 Workers are forked from the parent once the machine class exists: they share its adapter
 factory and profile without pickling them (a factory may be a local function, a machine
-class is made at run time). Where the platform cannot fork, the exploration runs in one
-process and says so.
+class is made at run time). Where the platform cannot fork, or this process holds a CUDA
+context a forked child could not use, the exploration runs in one process and says so.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import multiprocessing
+import sys
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -34,7 +35,19 @@ Task = tuple[tuple[tuple[str, tuple[int, ...]], ...], tuple[tuple[str, Any], ...
 
 
 def can_fork() -> bool:
-    return "fork" in multiprocessing.get_all_start_methods()
+    return why_not_fork() is None
+
+
+def why_not_fork() -> str | None:
+    """Why workers cannot be forked here, if they cannot: the platform has no ``fork``, or
+    the checker already holds a CUDA context (a forked child cannot use it, and the
+    engine's error would read as a finding)."""
+    if "fork" not in multiprocessing.get_all_start_methods():
+        return "this platform cannot fork"
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_initialized():
+        return "CUDA is initialized in this process, and a forked worker cannot use it"
+    return None
 
 
 @dataclass
