@@ -227,10 +227,11 @@ def run_conformance(
     The first search draws as the settings say (``seed``: from that seed instead). Until
     ``budget`` seconds are spent the search goes on with the next seed, every declared
     situation (``radixkv_spec.situations``) reached or not: a budget is the time the user
-    gave. Those further searches favour runs that reach the least-visited situations
-    (``ConformanceMachine.teardown``). Without a budget there is one search (and one more
-    past each batch of findings). ``uncovered_ok`` names situations the
-    report may leave unreached without calling the run incomplete.
+    gave. Those further searches favour runs that reach the least-visited situations and
+    the least-run pairs of consecutive operations (``ConformanceMachine.teardown``).
+    Without a budget there is one search (and one more past each batch of findings).
+    ``uncovered_ok`` names situations the report may leave unreached without calling the
+    run incomplete.
 
     ``explore`` first explores every state within those bounds breadth first
     (``states.explore_states``) for a share of the budget (``EXPLORE_SHARE``, at least
@@ -280,9 +281,11 @@ def run_conformance(
         )
         acknowledged.update(failure.finding for failure in report.failures)
     draw, examples = seed, None
+    pairs: Counter[str] = Counter()
     while len(report.failures) < max_failures and not (report.searches and over_budget()):
         searched = machine("Machine")
         searched.session.coverage = report.coverage.counts  # every search adds to one count
+        searched.session.pairs = pairs  # ... and one tally of operation pairs
         searched.session.steer = report.searches > 0
         stage(_search_stage(report, draw))
         search_started = time.perf_counter()
@@ -337,6 +340,7 @@ def _search_stage(report: ConformanceReport, draw: int | None) -> str:
     if not report.searches:
         return f"searching from {seed}"
     chase = "unreached situations" if not report.complete else "the least-visited situations"
+    chase += " and operation pairs"
     return f"search {report.searches + 1} from {seed}, steered to {chase}"
 
 

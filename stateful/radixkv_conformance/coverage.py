@@ -33,11 +33,20 @@ from radixkv_conformance.trace import Step
 class Probe:
     """The situations one run reaches, step by step."""
 
-    def __init__(self, page_size: int, watched: Sequence[Situation], counts: Counter[str]):
+    def __init__(
+        self,
+        page_size: int,
+        watched: Sequence[Situation],
+        counts: Counter[str],
+        pairs: Counter[str] | None = None,
+    ):
         self.page_size = page_size
         self.watched = watched
         self.counts = counts
+        self.pairs: Counter[str] = Counter() if pairs is None else pairs  # "op>op": the tally
         self.seen: set[str] = set()  # reached in this run
+        self.seen_pairs: set[str] = set()  # operation pairs of this run
+        self.last_op = "start"
         self.splits: set[Position] = set()
         self._open: tuple[Step, View] | None = None
         self.handle: Position | None = None
@@ -45,15 +54,41 @@ class Probe:
 
     def __deepcopy__(self, memo: dict[int, Any]) -> Probe:
         """A copy of a run (the state explorer forks runs) counts into the same tally."""
-        copy = Probe(self.page_size, self.watched, self.counts)
+        copy = Probe(self.page_size, self.watched, self.counts, self.pairs)
         copy.seen, copy.splits = set(self.seen), set(self.splits)
+        copy.seen_pairs, copy.last_op = set(self.seen_pairs), self.last_op
         copy._open, copy.handle = deepcopy(self._open, memo), self.handle
         copy.handle_evicted = self.handle_evicted
         return copy
 
+    def __eq__(self, other: object) -> bool:
+        """Two runs' probes are alike when what they count next is alike: the operation
+        pairs a run has gone through only steer the search (the sequence explorer's no-op
+        test compares machines with this)."""
+        if not isinstance(other, Probe):
+            return NotImplemented
+        return self._compared() == other._compared()
+
+    __hash__ = None  # type: ignore[assignment]  # mutable
+
+    def _compared(self) -> tuple[Any, ...]:
+        return (
+            self.page_size,
+            self.watched,
+            self.seen,
+            self.splits,
+            self._open,
+            self.handle,
+            self.handle_evicted,
+        )
+
     def open(self, step: Step, model: Any, before: View | None = None) -> None:
         """A step starts: the model's view before it (``before``, where the caller has it:
         the view ``close`` just took of the same model)."""
+        pair = f"{self.last_op}>{step['op']}"
+        self.pairs[pair] += 1
+        self.seen_pairs.add(pair)
+        self.last_op = step["op"]
         watched = self.watched and "bad" not in step
         self._open = (step, view_of(model) if before is None else before) if watched else None
         self.handle, self.handle_evicted = None, False
@@ -89,6 +124,11 @@ class Probe:
     def rarity(self) -> float:
         """How rare this run's situations are so far: the search's target (``teardown``)."""
         return sum(1.0 / (1 + self.counts[name]) for name in self.seen)
+
+    def pair_rarity(self) -> float:
+        """How rare this run's pairs of consecutive operations are (an insert right after
+        an eviction, a reset after a lock, ...): what no situation names, steered to too."""
+        return sum(1.0 / (1 + self.pairs[pair]) for pair in self.seen_pairs)
 
 
 @dataclass

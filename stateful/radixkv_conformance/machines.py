@@ -164,6 +164,7 @@ class Session:
     name: str = "cache"
     situations: tuple[Situation, ...] = ()  # what the runs must reach (coverage.py)
     coverage: Counter[str] = field(default_factory=Counter)
+    pairs: Counter[str] = field(default_factory=Counter)  # consecutive operations, "op>op"
     steer: bool = False  # favour runs that reach rare situations (searches after the first)
 
 
@@ -302,7 +303,9 @@ class ConformanceMachine(RuleBasedStateMachine):
         self.deleted_at: dict[Position, int] = {}
         self.unlock_by_token = True
         self.model: Any = self.new_model()
-        self.probe = Probe(page_size, self.session.situations, self.session.coverage)
+        self.probe = Probe(
+            page_size, self.session.situations, self.session.coverage, self.session.pairs
+        )
         with self.checking("setup"):
             self.sut: Any = self.session.factory(page_size, KitHost(self, window))
         self.page_stream = (
@@ -1065,12 +1068,15 @@ class ConformanceMachine(RuleBasedStateMachine):
         self.probe.close(self.model)
 
     def teardown(self) -> None:
-        """Steer the search: runs that reach rarely reached situations score higher. Only
-        in the searches that chase unreached situations: Hypothesis spends part of a
-        search on a target, which a first, bug-hunting search should not pay."""
-        if self._started() and self.session.steer and self.session.situations:
+        """Steer the search: runs that reach rarely reached situations, and rarely run
+        pairs of operations, score higher. Only in the searches after the first:
+        Hypothesis spends part of a search on a target, which a first, bug-hunting search
+        should not pay."""
+        if self._started() and self.session.steer:
             self.probe.close(self.model)
-            target(self.probe.rarity(), label="rare situations")
+            if self.session.situations:
+                target(self.probe.rarity(), label="rare situations")
+            target(self.probe.pair_rarity(), label="rare operation pairs")
 
     @precondition(_started)
     @invariant()
