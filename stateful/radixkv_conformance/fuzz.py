@@ -103,7 +103,8 @@ def _hypofuzz_reads_explain_comments() -> None:
     from hypothesis.internal.conjecture.data import ConjectureResult
 
     if not hasattr(ConjectureResult, "slice_comments"):
-        ConjectureResult.slice_comments = property(lambda _: {})  # type: ignore[attr-defined]
+        # a frozen slotted class: a class attribute is the only default it can take
+        ConjectureResult.slice_comments = property(lambda _: {})  # type: ignore[attr-defined]  # dropped by Hypothesis
 
 
 def open_database(where: ExampleDatabase | str | Path | None) -> ExampleDatabase | None:

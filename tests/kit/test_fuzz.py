@@ -86,7 +86,7 @@ def test_the_database_becomes_the_default_hypofuzz_stores_into(tmp_path: Path) -
     database = DirectoryBasedExampleDatabase(tmp_path / "db")
     test = fuzz_test(BUGGY, dict_cache.PROFILE, name=NAME, database=database)
     assert settings().database == database and not settings().derandomize
-    assert test.settings.database == database  # type: ignore[attr-defined]
+    assert test.settings.database == database  # type: ignore[attr-defined]  # set by fuzz_test
 
 
 def test_names_tie_a_fuzz_test_to_the_command_line() -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from hypothesis.control import BuildContext
@@ -152,6 +152,7 @@ class State:
     seen: Seen
     path: tuple[tuple[str, tuple[int, ...]], ...]  # each step's rule and picks, for rerun
     variant: tuple[tuple[str, Any], ...] = ()  # what the initialize rules drew
+    steps: list[RuleCall] = field(default_factory=list)  # the path as calls, for findings
 
 
 SHARED = frozenset({"profile", "caps"})

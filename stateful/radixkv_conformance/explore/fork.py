@@ -150,10 +150,7 @@ def _method(f: _Fork, value: types.MethodType) -> types.MethodType:
 
 
 def _builtin_method(f: _Fork, value: Any) -> Any:
-    owner = getattr(value, "__self__", None)
-    if owner is None or isinstance(owner, (types.ModuleType, type)):
-        return value
-    return getattr(f.copy(owner), value.__name__)
+    return _follow_owner(value, f.copy)
 
 
 def _deepcopy(f: _Fork, value: Any) -> Any:
@@ -292,7 +289,13 @@ def _bound_builtins_follow_their_owner() -> Iterator[None]:
 
 
 def _deepcopy_builtin_method(method: Any, memo: Memo) -> Any:
+    return _follow_owner(method, lambda owner: copy.deepcopy(owner, memo))
+
+
+def _follow_owner(method: Any, copied: Callable[[Any], Any]) -> Any:
+    """``some_list.append`` as the copy's ``append``; a function of a module or a class
+    (``len``, ``dict.fromkeys``) as it is."""
     owner = getattr(method, "__self__", None)
     if owner is None or isinstance(owner, (types.ModuleType, type)):
         return method
-    return getattr(copy.deepcopy(owner, memo), method.__name__)
+    return getattr(copied(owner), method.__name__)

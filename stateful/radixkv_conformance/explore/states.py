@@ -644,7 +644,7 @@ class _Breadth(Explorer):
         """What each step from ``state`` leads to: a finding, a state past the lock bound,
         or a state with its canonical key (whether it was seen before is the caller's), one
         at a time: a copy the caller does not keep is freed before the next is made."""
-        steps = _steps_of(state)
+        steps = state.steps
         for child, call in self.children(state):
             path = [*steps, call.step]
             failed = call.error or self._check(child)
@@ -660,7 +660,7 @@ class _Breadth(Explorer):
     ) -> list[State]:
         """Count ``successors``, keep their findings and return the new states among them."""
         out = []
-        steps = _steps_of(state)
+        steps = state.steps
         for successor in successors:
             self.states.transitions += 1
             self._maybe_progress()
@@ -671,7 +671,7 @@ class _Breadth(Explorer):
             elif successor.beyond:
                 self.states.beyond += 1
             elif (child := successor.state) is not None:
-                setattr(child, "steps", [*steps, successor.step])  # noqa: B010  # as steps
+                child.steps = [*steps, successor.step]
                 if self._new(child, successor.key, depth + 1, merge):
                     out.append(child)
         return out
@@ -730,10 +730,6 @@ def _outcome(key: Hashable) -> Hashable:
     own part of the picture (the soundness test compares these, merged or not)."""
     parts: tuple[Any, ...] = key  # type: ignore[assignment]  # canonical() builds a tuple
     return (parts[0], parts[3], parts[4])
-
-
-def _steps_of(state: State) -> list[Any]:
-    return list(getattr(state, "steps", []))
 
 
 def _offset(machine: Any) -> None:

@@ -76,7 +76,7 @@ class Workers:
 
     def expand(self, level: list[State], depth: int) -> Iterator[list[Successor]]:
         """Each state's successors, in the order of ``level``, as ``_Breadth._expand``."""
-        tasks = [(state.path, state.variant, list(getattr(state, "steps", []))) for state in level]
+        tasks = [(state.path, state.variant, state.steps) for state in level]
         chunk = max(1, min(16, len(tasks) // (4 * self.jobs)))
         for successors, counted in self.pool.imap(_successors, tasks, chunksize=chunk):
             self._add(counted)
@@ -104,7 +104,7 @@ def _successors(task: Task) -> tuple[list[Successor], Counted]:
     assert explorer is not None, "a worker forked without its explorer"
     path, variant, steps = task
     state = explorer.rebuild(State(None, {}, (), path, variant))
-    state.steps = steps  # type: ignore[attr-defined]  # the path as steps (``_steps_of``)
+    state.steps = steps
     coverage, stats = tallies(explorer.driver.machine_cls)
     coverage_before, stats_before = Counter(coverage), Counter(stats)
     acknowledged, notes = explorer.report.acknowledged, len(explorer.states.notes)
