@@ -186,7 +186,7 @@ class Host(Protocol):
 
 @runtime_checkable
 class PrefixCacheAdapter(Protocol):
-    """The core every adapter implements; an engine writes one in about 60 lines."""
+    """The core every adapter implements (``examples/dict_cache.py`` is a whole one)."""
 
     page_size: int
     usage_errors: tuple[type[BaseException], ...]

@@ -111,7 +111,7 @@ def test_a_peer_by_module_and_factory_is_registered_under_its_name() -> None:
         assert resolve_cache(f"{__name__}:Renamed") == "renamed-peer"
         assert CACHES["renamed-peer"] is Renamed
         assert resolve_cache("radixkv") == "radixkv"
-        with pytest.raises(SystemExit, match="unknown cache 'nope'"):
+        with pytest.raises(LookupError, match="unknown cache 'nope'"):
             resolve_cache("nope")
     finally:
         CACHES.pop("renamed-peer", None)

@@ -5,6 +5,7 @@ what installs it, status 2, and nothing on stdout (no trace was replayed)."""
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -13,6 +14,7 @@ from radixkv_conformance.cli import main
 
 from radixkv.driver import caches
 from radixkv.driver.caches import CACHES, SGLANG_WHEEL, installed, missing_requirements
+from radixkv.events import EXTRA_HINT
 
 TINY = ["drive", "--requests", "24", "--prompt-len", "64", "--no-progress"]
 
@@ -103,3 +105,45 @@ def test_the_former_name_still_drives_and_names_the_new_one(
     out, err = capsys.readouterr()
     assert status == 0 and "hit rate" in out.lower()
     assert "radixkv replay is now radixkv drive" in err
+
+
+def test_an_unknown_compare_cache_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    """``--compare nosuch`` was a bare message and status 1 (issue 38, item 5): now one line
+    with the command's prefix and status 2, as every other usage error of ``radixkv drive``."""
+    status, out, err = run(capsys, "--plot", "sweep.png", "--compare", "nosuch")
+    assert (status, out) == (2, "")
+    assert err.startswith("radixkv drive: --compare: unknown cache 'nosuch': one of [")
+    assert err.endswith(" or MODULE:FACTORY\n") and err.count("\n") == 1
+
+
+def without_the_events_extra(monkeypatch: pytest.MonkeyPatch, module: str) -> None:
+    """As where ``module`` (msgspec or zmq) is not importable: radixkv's modules that import
+    it are dropped, so the next import of them meets the absence."""
+    monkeypatch.setitem(sys.modules, module, None)  # None in sys.modules: an import fails
+    for name in ("radixkv.events.wire", "radixkv.events.publisher"):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+
+
+@pytest.mark.parametrize(("module", "package"), [("msgspec", "msgspec"), ("zmq", "pyzmq")])
+def test_events_without_the_extra_is_one_line_before_any_work(
+    module: str, package: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--events`` without msgspec printed the trace's header, then its hint twice in one
+    line, and exited 1 (issue 38, item 5): now the hint once, before anything, status 2, as
+    a missing peer (``--compare sglang``) or the kit missing from ``radixkv check``."""
+    without_the_events_extra(monkeypatch, module)
+    status, out, err = run(capsys, "--events", "tcp://127.0.0.1:0", "--events-wait", "0")
+    assert (status, out) == (2, "")  # no trace header, nothing replayed
+    assert err == f"radixkv drive: --events needs {package}, not installed: {EXTRA_HINT}\n"
+
+
+def test_events_whose_extra_is_found_but_does_not_import_is_one_line(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A module that is found but fails to import (a broken install) is said once too."""
+    without_the_events_extra(monkeypatch, "msgspec")
+    monkeypatch.setattr(caches, "installed", lambda module: True)  # found, yet not importable
+    status, out, err = run(capsys, "--events", "tcp://127.0.0.1:0", "--events-wait", "0")
+    assert (status, out) == (2, "")
+    assert err.startswith("radixkv drive: --events: radixkv.events.wire needs msgspec")
+    assert err.count(EXTRA_HINT) == 1 and err.count("\n") == 1

@@ -3,6 +3,7 @@ shows the traceback (issue 30, a new user's first hour, item 9)."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -46,6 +47,18 @@ def test_profile_names_an_engines_policies_not_how_long_to_search(
         main(["check", TRIE, "--profile", "ci"])
     assert exited.value.code == 2
     assert "--hypothesis-profile ci" in capsys.readouterr().err
+
+
+def test_the_help_offers_no_settings_profile_to_profile(capsys: pytest.CaptureFixture[str]) -> None:
+    """``radixkv check --help`` once offered ``--profile ... ci|dev|thorough``, which
+    ``--profile`` refuses (issue 38, item 5): those belong to ``--hypothesis-profile``."""
+    with pytest.raises(SystemExit) as exited:
+        main(["check", "--help"])
+    assert exited.value.code == 0
+    text = " ".join(capsys.readouterr().out.split())  # argparse's wrapping undone
+    assert "--profile PROFILE an engine's built-in profile, or MODULE:ATTR" in text
+    assert not re.search(r"--profile[ =]?[{\[(]?(ci|dev|thorough)\b", text), text
+    assert "--hypothesis-profile {ci,dev,thorough}" in text
 
 
 BROKEN = {

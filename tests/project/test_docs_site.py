@@ -5,6 +5,7 @@ docs/figures.py, and that script reads the commands' real output."""
 
 from __future__ import annotations
 
+import argparse
 import importlib.util
 import re
 import sys
@@ -91,6 +92,19 @@ def test_every_figure_a_page_includes_was_written_by_the_script() -> None:
         assert said, f"{figure.name}: no provenance line"
         assert re.search(r"^On \d+ CPUs .*Python 3\.\d+.*torch ", text, re.M), figure.name
         assert re.search(r"^\|---", text, re.M), f"{figure.name}: no table"
+
+
+def test_each_figure_names_the_command_the_script_runs_now() -> None:
+    """A figure is headed by the command that printed it; when a command is renamed
+    (``radixkv replay`` became ``radixkv drive``), the script runs the new one and the
+    figure must be written again by it (issue 38, item 5: policies.md kept the old name)."""
+    for name, figure in FIGURES.FIGURES.items():
+        text = (DOCS / "figures" / f"{name}.md").read_text()
+        said = re.search(r"^Printed by `radixkv ([^`]+)` on ", text, re.M)
+        assert said, f"{name}.md: no provenance line"
+        printed = re.sub(r" --budget \S+", "", said[1]).split()  # the figure's one option
+        runs = figure.args(argparse.Namespace(budget=None))
+        assert printed == runs, f"{name}.md: printed by {printed}: python docs/figures.py {name}"
 
 
 @pytest.mark.search

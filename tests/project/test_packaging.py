@@ -9,6 +9,7 @@ import shutil
 import subprocess
 import sys
 import time
+import tomllib
 import zipfile
 from collections import Counter
 from pathlib import Path
@@ -105,6 +106,8 @@ def test_two_wheels_one_without_torch(tmp_path: Path) -> None:
     assert tops(cache) == {"radixkv"}
     assert tops(kit) == {"radixkv_spec", "radixkv_conformance"}
     assert [r for r in requirements(cache) if r.startswith("torch")], requirements(cache)
+    # numpy only so that `import torch` is quiet (the README's first snippet; issue 38, item 4)
+    assert [r for r in requirements(cache) if r.startswith("numpy")], requirements(cache)
     assert not [r for r in requirements(kit) if "torch" in r], requirements(kit)
     assert "radixkv = radixkv_conformance.cli:main" in metadata(kit, "entry_points.txt")
     assert 'radixkv-kit==0.1.0; extra == "kit"' in metadata(cache, "METADATA")
@@ -121,3 +124,17 @@ def test_progress_draws_nothing_when_stderr_is_not_a_terminal(
         for runs in range(50):
             progress.update(Counter(runs=runs, steps=10 * runs))
     assert "\r" not in capsys.readouterr().err  # captured stderr is not a terminal
+
+
+def test_the_constraints_pin_what_the_cache_installs() -> None:
+    """``constraints.txt`` (the README's install, tox's ``PIP_CONSTRAINT``) pins each of the
+    cache's own requirements to one version that its range in pyproject.toml allows."""
+    from packaging.requirements import Requirement
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    needs = {(r := Requirement(text)).name: r.specifier for text in project["dependencies"]}
+    lines = (ROOT / "constraints.txt").read_text().splitlines()
+    pins = dict(line.split("==") for line in lines if line.strip() and not line.startswith("#"))
+    assert {"torch", "numpy"} <= needs.keys() <= pins.keys(), (needs, pins)
+    for name, allowed in needs.items():
+        assert allowed.contains(pins[name].strip()), f"{name}=={pins[name]} outside {allowed}"

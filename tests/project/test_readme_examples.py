@@ -5,7 +5,10 @@ show, so a cache or a pool that changed behaviour fails here."""
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -43,3 +46,19 @@ def test_each_section_holds_its_example() -> None:
 def test_the_example_runs(name: str) -> None:
     (code,) = EXAMPLES[name]
     exec(compile(code, f"{name} example", "exec"), {"__name__": "readme_example"})
+
+
+def test_the_readme_example_prints_no_warning() -> None:
+    """The README's first snippet starts with ``import torch``, which warns "Failed to
+    initialize NumPy" where numpy is absent: radixkv's install brings numpy (pyproject.toml)
+    so that a fresh environment runs the snippet quietly (issue 38, item 4)."""
+    (code,) = EXAMPLES["plain"]
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONWARNINGS"}
+    done = subprocess.run(
+        [sys.executable, "-W", "default", "-c", code],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    assert (done.returncode, done.stderr) == (0, "")

@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from radixkv.driver import caches
 from radixkv.driver.caches import (
     CACHES,
     POLICY_CACHES,
@@ -70,6 +71,7 @@ from radixkv.driver.sweep import (
     trace_label,
 )
 from radixkv.driver.workload import WorkloadConfig, generate, trace_digest
+from radixkv.events import EXTRA_HINT
 from radixkv.eviction import POLICIES
 
 if TYPE_CHECKING:  # the events extra is optional: imported where --events asks for it
@@ -235,7 +237,7 @@ def resolve_cache(name: str) -> str:
         return name
     module_name, sep, attr = name.partition(":")
     if not sep:
-        raise SystemExit(f"unknown cache {name!r}: one of {sorted(CACHES)} or MODULE:FACTORY")
+        raise LookupError(f"unknown cache {name!r}: one of {sorted(CACHES)} or MODULE:FACTORY")
     try:
         module = importlib.import_module(module_name)
     except ImportError as missing:  # a one-line message, naming what the module lacks
@@ -249,9 +251,9 @@ def resolve_cache(name: str) -> str:
 
 
 def command(args: argparse.Namespace) -> int:
-    """Run ``radixkv drive`` with parsed ``args``: a usage error, or a cache it would
-    replay that needs a module not installed, is one line on stderr and status 2, before
-    any work."""
+    """Run ``radixkv drive`` with parsed ``args``: a usage error, a cache it would
+    replay that needs a module not installed, or ``--events`` without the events extra, is
+    one line on stderr and status 2, before any work."""
     cfg = WorkloadConfig(seed=args.seed, requests=args.requests, prompt_len=args.prompt_len)
     pool = args.pool_size or args.prompt_len * 48
     if args.compare and not args.plot:
@@ -262,7 +264,7 @@ def command(args: argparse.Namespace) -> int:
         return 2
     try:  # every cache it will replay, resolved and found installed before any work
         peers = [resolve_cache(name) for name in args.compare]
-    except ImportError as missing:
+    except (ImportError, LookupError) as missing:  # not there, or a name no cache has
         print(f"radixkv drive: --compare: {missing}", file=sys.stderr)
         return 2
     for flag, name in [("--cache", args.cache), *(("--compare", peer) for peer in peers)]:
@@ -275,6 +277,10 @@ def command(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
             return 2
+    unavailable = events_unavailable() if args.events else None
+    if unavailable is not None:  # once, before the trace's header: nothing was replayed
+        print(f"radixkv drive: {unavailable}", file=sys.stderr)
+        return 2
     torch.set_num_threads(1)  # the benchmark's setting; the library never changes it
     print(f"trace: seed {cfg.seed}, {cfg.requests} requests of ~{cfg.prompt_len} tokens")
     print(f"trace sha256 {trace_digest(cfg)}")
@@ -315,14 +321,29 @@ def command(args: argparse.Namespace) -> int:
     return 0
 
 
-def _publisher(args: argparse.Namespace, stack: contextlib.ExitStack) -> ZmqEventPublisher:
-    """The ZeroMQ publisher of ``--events``, bound, with a subscriber if one comes in time."""
+EVENTS_NEEDS = (("zmq", "pyzmq"), ("msgspec", "msgspec"))
+"""What ``--events`` imports (the events extra): ``(module, the package that installs it)``."""
+
+
+def events_unavailable() -> str | None:
+    """Why ``--events`` cannot publish here, in one line (the events extra not installed,
+    or its publisher not importing), or ``None``: checked before any work, as a missing
+    peer is, so the command says it once, before the trace's header, and exits 2."""
+    lacking = [package for module, package in EVENTS_NEEDS if not caches.installed(module)]
+    if lacking:
+        return f"--events needs {', '.join(lacking)}, not installed: {EXTRA_HINT}"
     try:
-        from radixkv.events.publisher import ZmqEventPublisher
-    except ImportError as missing:
-        raise SystemExit(
-            f"--events needs pyzmq and msgspec (pip install 'radixkv[events]'): {missing}"
-        ) from None
+        importlib.import_module("radixkv.events.publisher")
+    except ImportError as broken:  # installed, yet not importable: its own one-line reason
+        return f"--events: {str(broken).strip().splitlines()[0]}"
+    return None
+
+
+def _publisher(args: argparse.Namespace, stack: contextlib.ExitStack) -> ZmqEventPublisher:
+    """The ZeroMQ publisher of ``--events`` (``events_unavailable`` said it imports),
+    bound, with a subscriber if one comes in time."""
+    from radixkv.events.publisher import ZmqEventPublisher
+
     publisher = stack.enter_context(ZmqEventPublisher(args.events))
     print(f"events: publishing on {publisher.endpoint}", flush=True)
     if args.events_wait > 0 and not publisher.wait_for_subscribers(1, args.events_wait):
