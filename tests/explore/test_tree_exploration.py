@@ -80,13 +80,15 @@ def test_a_floor_is_a_step_count_zero_or_more() -> None:
 
 
 def test_the_deep_and_wide_stages_have_a_floor_two_steps_lower() -> None:
-    narrow, deep, wide = TREE.stages()
+    narrow, leaves, deep, wide = TREE.stages()
     assert (narrow.namespaces, narrow.floor, narrow.length, narrow.windows) == (1, 5, 2, (1,))
+    # two leaves in one namespace, to the same floor: an eviction chooses between them
+    assert (leaves.namespaces, leaves.floor, leaves.tokens, leaves.length) == (1, 5, 2, 1)
     # a lock's window across a tombstone under a live page takes keys of three pages, a
     # window of two and three steps; an eviction across two namespaces takes three steps
     assert (deep.namespaces, deep.floor, deep.length, deep.windows) == (1, 3, 3, (2,))
     assert (wide.namespaces, wide.floor, wide.length, wide.windows) == (2, 3, 2, (1,))
-    assert not any(stage.deeper for stage in (narrow, deep, wide))
+    assert not any(stage.deeper or stage.leaves for stage in (narrow, leaves, deep, wide))
 
 
 def test_each_finding_is_handed_over_when_found_and_shortest() -> None:

@@ -15,11 +15,12 @@ what the trie itself accepts and refuses.)
 from __future__ import annotations
 
 import itertools
-from collections.abc import Hashable
+from collections.abc import Hashable, Sequence
 from typing import Any
 
 import radixkv
 from radixkv.keys import validate_tokens
+from radixkv_conformance.adapters.radixkv import CanonicalTree
 from radixkv_conformance.profile import MAX_RADIX_TRIE
 from radixkv_conformance.protocol import Host, Sizes
 from radixkv_conformance.protocol import TokenPlace as Slot
@@ -106,6 +107,20 @@ class RadixTrieAdapter:
             frozenset(self.trie.get_evictable_blocks()),
             tuple(map(tuple, seqs)),
         )
+
+    def canonical_state(self, handles: Sequence[Any]) -> tuple[Hashable, tuple[Hashable, ...]]:
+        """The trie's tree as radixkv's other caches picture theirs (``CanonicalTree``),
+        with each node's blocks and the sequences using it (sequence ids are compared by
+        equality only: the canonical form renames them); left out, as there: the heap's
+        stale entries and the id counters (every new id is above every live one)."""
+        canon = CanonicalTree(self.trie.root, reads_hits=False)
+        picture = (canon.nodes(_trie_node), frozenset(self.trie.get_evictable_blocks()))
+        return picture, tuple(canon.name(h) for h in handles)
+
+
+def _trie_node(node: Any) -> tuple[Hashable, ...]:
+    """What a trie node keeps besides the tree's own fields."""
+    return (tuple(map(tuple, node.blocks)), tuple(sorted(node.active_seqs)), node.lock_ref)
 
 
 def factory(page_size: int, host: Host) -> RadixTrieAdapter:

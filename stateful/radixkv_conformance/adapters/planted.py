@@ -82,6 +82,9 @@ BUGS = {
     "short": "eviction stops one page before its target",
     "crash_insert": "insert asserts that a key is not exactly 3 pages long",
     "crash_evict": "evict asserts that it deletes at most one page per call",
+    "stale_order": "the eviction order is sorted at an eviction and kept for the next ones "
+    "(an insert moves its pages to the back), but a match that refreshes a page does not "
+    "move it: a later eviction takes the page a request has just matched",
     "held_after_reset": "reset forgets to clear the per-page lock records, so an unlock that "
     "no lock of this run matches is accepted on a page cached again since",
 }
@@ -108,6 +111,7 @@ class PageMapCache:
         self.held: Counter[Page] = Counter()  # page -> locks taken at exactly that page
         self.used: dict[Page, int] = {}  # page -> logical time of its last use
         self.clock = 0
+        self.order: list[Page] | None = None  # "stale_order": the order the last eviction sorted
         self.free_pages = list(range(shape.pool_pages))  # page numbers of an owned pool
         self.pool_size = shape.pool_pages
 
@@ -153,6 +157,8 @@ class PageMapCache:
         for q in held:
             self.locks[q] -= 1
         self._touch(path)
+        if self.order is not None:  # kept up to date by inserts, not by matches
+            self.order = [q for q in self.order if q not in path] + path
         return cached
 
     def _allocate(self) -> Indices:
@@ -199,16 +205,25 @@ class PageMapCache:
         if not leaves:
             return None
         pick = max if "order" in self.bugs else min
-        return pick(leaves, key=lambda q: (self.used[q], q[1], str(q[0])))
+        if self.order is not None:
+            return next(q for q in self.order if q in leaves)
+        return pick(leaves, key=self._recency)
+
+    def _recency(self, page: Page) -> tuple[int, tuple[int, ...], str]:
+        return self.used[page], page[1], str(page[0])
 
     def evict(self, num_tokens: int) -> int:
         target = num_tokens - self.page_size if "short" in self.bugs else num_tokens
+        if "stale_order" in self.bugs and self.order is None:
+            self.order = sorted(self.pages, key=self._recency)
         freed: list[int] = []
         while len(freed) < target and (victim := self._victim()) is not None:
             if "crash_evict" in self.bugs:
                 assert not freed, "evicting more than one page per call"
             indices = self.pages.pop(victim)
             del self.locks[victim], self.used[victim], self.held[victim]
+            if self.order is not None:
+                self.order.remove(victim)
             if self.shape.pool_pages:
                 self.free_pages.append(indices[0] // self.page_size)
             if self.shape.flat_evictions:
@@ -230,6 +245,7 @@ class PageMapCache:
         self.pages.clear()
         self.locks.clear()
         self.used.clear()
+        self.order = None
         if "held_after_reset" not in self.bugs:
             self.held.clear()
 

@@ -124,9 +124,9 @@ class _OwnCacheAdapter:
     def canonical_state(self, handles: Sequence[Any]) -> tuple[Hashable, tuple[Hashable, ...]]:
         """The tree with node ids, births and stamps as ranks, nodes named by their place
         in a walk (children in the tree's own order), handles by the node they name
-        (``_Canon``). Left out: the evicted-id log (ids are never reused), the heap's stale
+        (``CanonicalTree``). Left out: the evicted-id log (ids are never reused), the heap's stale
         entries, hit counts unless the eviction policy reads them."""
-        canon = _Canon(self.cache.root, reads_hits=self._reads_hits())
+        canon = CanonicalTree(self.cache.root, reads_hits=self._reads_hits())
         sizes = (self.cache.evictable_size(), self.cache.protected_size())
         picture = (canon.nodes(self._node_extra), self._mode_state(canon), sizes)
         return picture, tuple(canon.name(h) for h in handles)
@@ -138,7 +138,7 @@ class _OwnCacheAdapter:
         """What this cache keeps on a node besides the tree's own fields."""
         return ()
 
-    def _mode_state(self, canon: _Canon) -> Hashable:
+    def _mode_state(self, canon: CanonicalTree) -> Hashable:
         """What this cache keeps besides its nodes (SWA's lock records, Mamba's LRU)."""
         return None
 
@@ -247,7 +247,7 @@ class RadixCacheAdapter(_OwnCacheAdapter):
         hashes = tuple(node.hash_values or ())
         return (node.lock_ref, node.held_locks, hashes, node.swa_lock_ref, node.swa_tombstone)
 
-    def _mode_state(self, canon: _Canon) -> Hashable:
+    def _mode_state(self, canon: CanonicalTree) -> Hashable:
         """SWA's lock records: which node each live lock id holds and where its window
         starts (lock ids are compared by equality only: ranks)."""
         records = getattr(self.cache._part, "_locks", {})  # read only: the SWA part's records
@@ -423,7 +423,7 @@ class MambaAdapter(_OwnCacheAdapter):
     def _node_extra(self, node: Any) -> tuple[Hashable, ...]:
         return (node.slot, node.full_lock_ref, node.mamba_lock_ref)
 
-    def _mode_state(self, canon: _Canon) -> Hashable:
+    def _mode_state(self, canon: CanonicalTree) -> Hashable:
         """The mamba LRU list's order (kept by links, not stamps: it is state)."""
         return tuple(canon.name(node) for node in self.cache.mamba_lru)
 
@@ -435,7 +435,7 @@ class MambaAdapter(_OwnCacheAdapter):
         return (nodes, self.sizes(), tuple(full), tuple(mamba), len(self.evicted_ids))
 
 
-class _Canon:
+class CanonicalTree:
     """One tree in canonical terms: each node named by its place in a walk from the root
     (children in the tree's own order, which a future may read), ids and births ranked
     together (an id orders ties; every new one is above every live one), stamps ranked

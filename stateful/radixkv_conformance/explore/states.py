@@ -27,6 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
+from hypothesis.stateful import RuleBasedStateMachine
+
 from radixkv_conformance.explore.alphabet import (
     ALPHABET,
     NAMESPACES,
@@ -43,6 +45,7 @@ from radixkv_conformance.explore.driver import (
     State,
     quiet_build_context,
 )
+from radixkv_conformance.explore.memory import memory_picture
 from radixkv_conformance.explore.sequences import (
     ExhaustiveReport,
     Explorer,
@@ -73,7 +76,8 @@ class Bounds:
     is checked but not expanded); ``depth`` caps the breadth-first levels (None: none);
     the first ``floor`` levels are explored whole before a time budget may end the
     exploration, so what they reach is the same on a fast machine and a loaded one;
-    ``deeper`` adds a stage whose keys and windows are that many pages longer (``stages``).
+    ``deeper`` adds a stage whose keys and windows are that many pages longer, ``leaves`` a
+    stage of one-page keys over that many token values (``stages``).
     """
 
     pages: tuple[int, ...] = (1,)
@@ -86,6 +90,7 @@ class Bounds:
     depth: int | None = None
     floor: int = 0
     deeper: int = 0
+    leaves: int = 0
     skip: tuple[str, ...] = ()  # rules left out (the random search runs them)
 
     def text(self) -> str:
@@ -99,19 +104,26 @@ class Bounds:
             f"evict={many(self.evict)},depth={cap}"
             + (f",floor={self.floor}" if self.floor else "")
             + (f",deeper={self.deeper}" if self.deeper else "")
+            + (f",leaves={self.leaves}" if self.leaves else "")
             + (f",skip={'+'.join(self.skip)}" if self.skip else "")
         )
 
     def stages(self) -> tuple[Bounds, ...]:
         """These bounds widened in steps, for a time-boxed exploration: one namespace first
         (the tree's depth comes sooner: two namespaces double every level); then, with
+        ``leaves``, one-page keys over that many token values, to the same floor: a tree of
+        several leaves, whose evictions choose their victim by recency (with one token value
+        every tree is a chain, and an eviction order a match forgot to refresh takes five
+        steps to show: two inserts, an eviction, a match, an eviction); then, with
         ``deeper``, keys and windows ``deeper`` pages longer in one namespace; then every
-        namespace. The later stages' floor is two levels lower: what they add takes three
+        namespace. The last two stages' floor is two levels lower: what they add takes three
         steps (an eviction across two namespaces; a lock whose window meets a tombstone
         with a live page above it), and each of their levels is several times wider."""
-        narrow = dataclasses.replace(self, namespaces=1, deeper=0)
+        narrow = dataclasses.replace(self, namespaces=1, deeper=0, leaves=0)
         lower = max(0, self.floor - 2)
         stages = [narrow]
+        if self.leaves > self.tokens:  # with fewer, the first stage has these trees
+            stages.append(dataclasses.replace(narrow, tokens=self.leaves, length=1))
         if self.deeper:
             longer = tuple(w + self.deeper * p for w in self.windows for p in self.pages[:1])
             stages.append(
@@ -120,7 +132,7 @@ class Bounds:
                 )
             )
         if self.namespaces > 1:
-            stages.append(dataclasses.replace(self, deeper=0, floor=lower))
+            stages.append(dataclasses.replace(self, deeper=0, leaves=0, floor=lower))
         return tuple(stages)
 
     def low(self) -> int:
@@ -180,8 +192,8 @@ ALIASES = {"page": "pages", "window": "windows"}
 def _bound_value(key: str, value: str) -> Any:
     if key == "depth":
         return None if value == "none" else _number(value, "none or a positive step count")
-    if key in ("floor", "deeper"):
-        unit = "step" if key == "floor" else "page"
+    if key in ("floor", "deeper", "leaves"):
+        unit = {"floor": "step", "deeper": "page", "leaves": "token value"}[key]
         return _number(value, f"a {unit} count, 0 or more", least=0)
     if key == "skip":
         return tuple(filter(None, value.split("+")))
@@ -207,17 +219,19 @@ TREE = Bounds(
     locks=1,
     floor=5,
     deeper=1,
+    leaves=2,
     skip=("bad_call", "refresh_often"),
 )
 """Bounds that admit trees: keys of two pages (so a parent, a split, an interior lock), two
 namespaces, one lock held, evict none, one page and all; no depth cap (a time budget ends
-it), but whatever the budget every sequence is explored of five steps in one namespace,
-of three with keys of three pages and a window of two (a lock's window that meets a
-tombstone with a live page above it), and of three in two namespaces (every tree situation
-but Mamba's removal after a split is within them; the first stage's floor takes 2.5 to
-10 s on a 2-core machine, SWA the slowest, the later ones under 2 s). Bad calls and refresh
-bursts change no tree: the random search runs them, and leaving them out here takes a level
-deeper in the same time."""
+it), but whatever the budget every sequence is explored of five steps in one namespace, of
+five over two one-page keys (two leaves: an eviction chooses its victim by recency), of
+three with keys of three pages and a window of two (a lock's window that meets a tombstone
+with a live page above it), and of three in two namespaces (every tree situation but
+Mamba's removal after a split is within them). On one core of a 2-core machine the first
+two floors take 2 to 10 s each for radixkv's caches (SWA the slowest), the later ones 1 to
+3 s. Bad calls and refresh bursts change no tree: the random search runs them, and leaving
+them out here takes a level deeper in the same time."""
 PRESETS = {
     "tiny": Bounds(),
     "ci": TREE,  # a MODULE:FACTORY's (radixkv's own caches: ``OWN_BOUNDS``)
@@ -278,18 +292,20 @@ def canonical(state: State, hypothesis_owned: frozenset[str], low: int = LOW) ->
 
     The raw picture is the start variant, the symmetry counts, the kit's own state (handles,
     locks, keys, ledger), the spec model with its ticks as ranks, and the implementation's
-    ``canonical_state`` (or, for an adapter without one, its snapshot, contents and sizes);
-    then every number >= ``low`` anywhere in it is replaced by ``low`` + its rank among them
-    (one order-preserving renaming of the whole state).
+    ``canonical_state`` (or, for an adapter without one, its snapshot, contents and sizes,
+    and the picture of the engine's memory: ``memory.py``); then every number >= ``low``
+    anywhere in it is replaced by ``low`` + its rank among them (one order-preserving
+    renaming of the whole state).
     """
     m = state.machine
-    sut, names = _implementation(m, state.bundles)
+    sut, memory, names = _implementation(m, state.bundles)
     raw: tuple[Any, ...] = (
         state.variant,
         state.seen,
         _kit(m, state.bundles, hypothesis_owned, names),
         _model(m.model),
         sut,
+        memory,
     )
     live = _numbers(raw)
     ledger = tuple(
@@ -303,17 +319,20 @@ Names = dict[int, Hashable]
 """The implementation's name for each handle object, by ``id()`` (``canonical_state``)."""
 
 
-def _implementation(m: Any, bundles: dict[str, list[Any]]) -> tuple[Hashable, Names]:
-    """The implementation's part of the picture, and its names for the handles held."""
+def _implementation(m: Any, bundles: dict[str, list[Any]]) -> tuple[Hashable, Hashable, Names]:
+    """The implementation's part of the picture, the picture of its memory where the
+    adapter has no hook (``memory.py``), and its names for the handles held."""
     hook = getattr(m.sut, "canonical_state", None)
-    if not callable(hook):  # no hook: the snapshot as it is, renamed with the rest
-        return (_plain(m.sut.snapshot()), _plain(m.sut.contents()), _plain(m.sut.sizes())), {}
+    if not callable(hook):  # no hook: the adapter's own pictures, and the engine's memory
+        sut = m.sut
+        shown = (_plain(sut.snapshot()), _plain(sut.contents()), _plain(sut.sizes()))
+        return shown, memory_picture(sut, (RuleBasedStateMachine,)), {}
     held = [*(v for values in bundles.values() for v in values), *_refs(m)]
     objects = [o for v in held for o in _cache_objects(v)]
     picture, names = hook(objects)
     if len(names) != len(objects):
         raise ValueError(f"canonical_state named {len(names)} of {len(objects)} handles")
-    return picture, {id(o): name for o, name in zip(objects, names, strict=True)}
+    return picture, None, {id(o): name for o, name in zip(objects, names, strict=True)}
 
 
 def _refs(m: Any) -> list[Any]:
