@@ -4,6 +4,8 @@ A block is one page: the adapter passes each page's KV indices as one tuple-valu
 so the machine's per-token ownership checks apply unchanged. The trie reports no
 ``prefix_len`` (profile ``duplicates="kept"``); locks are fresh sequence ids; evicted
 blocks go to ``host.free`` one page at a time, in the order ``evict_blocks`` returns them.
+The trie's KV events (``event_listener``) are checked as every cache's are: the pages a
+router rebuilds from them are the pages the trie holds.
 
 The trie takes any hashable token (MAX's API: its callers may key it by words); the
 adapter plays a MAX engine, whose tokens are its tokenizer's ids, so it checks every key
@@ -19,6 +21,7 @@ from collections.abc import Hashable, Sequence
 from typing import Any
 
 import radixkv
+from radixkv.events import EventRecorder, to_wire
 from radixkv.keys import validate_tokens
 from radixkv_conformance.adapters.radixkv import CanonicalTree
 from radixkv_conformance.profile import MAX_RADIX_TRIE
@@ -30,7 +33,7 @@ PROFILE = MAX_RADIX_TRIE
 
 class RadixTrieAdapter:
     usage_errors: tuple[type[BaseException], ...] = (radixkv.UsageError,)
-    capabilities = frozenset({"bad_input", "unlock_checks"})
+    capabilities = frozenset({"bad_input", "unlock_checks", "events"})
     notes = (
         "the adapter aligns keys itself, as MAX callers do, and hands the trie token ids: it "
         "refuses a bad token itself (the trie takes any hashable token)"
@@ -39,8 +42,14 @@ class RadixTrieAdapter:
     def __init__(self, page_size: int, host: Host) -> None:
         self.page_size = page_size
         self.host = host
-        self.trie = radixkv.RadixTrie(page_size)
+        self.events = EventRecorder()
+        self.trie = radixkv.RadixTrie(page_size, event_listener=self.events)
         self.sequences = itertools.count()
+
+    def take_events(self) -> list[Any]:
+        """Every record the trie published since the last call (each page stored, each
+        block evicted: a tail trim names the pages it removed), in its wire form."""
+        return [to_wire(event) for event in self.events.take()]
 
     def _pages(self, indices: tuple[int, ...], n_pages: int) -> list[tuple[int, ...]]:
         p = self.page_size
