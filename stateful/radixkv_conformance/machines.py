@@ -45,6 +45,7 @@ from hypothesis.stateful import (
     consumes,
     initialize,
     invariant,
+    multiple,
     precondition,
     rule,
 )
@@ -254,6 +255,7 @@ class ConformanceMachine(RuleBasedStateMachine):
 
     nodes = Bundle("nodes")
     locks = Bundle("locks")
+    spent = Bundle("spent")  # receipts of locks released (per-sequence locks only)
 
     # ---- setup ---------------------------------------------------------------------------
 
@@ -751,10 +753,11 @@ class ConformanceMachine(RuleBasedStateMachine):
                 self.expect_rejected(lambda: self.sut.lock(ref.handle), what)
         return LockRef(ref, None, step["id"], refused=True)
 
-    def do_unlock(self, held: LockRef) -> None:
+    def do_unlock(self, held: LockRef) -> LockRef | None:
+        """Release ``held``; the receipt, once the cache released it (None otherwise)."""
         ref = held.node
         if held.refused:
-            return
+            return None
         token = held.token if self.unlock_by_token else None
         step = self.log("unlock", node=ref.step, lock=held.step)
         self.note_handle(ref)
@@ -766,14 +769,40 @@ class ConformanceMachine(RuleBasedStateMachine):
                 step["expect"] = {"rejected": True}
                 if not self.has("stale_handles"):
                     self.skip("no 'stale_handles': stale unlock")
-                    return
+                    return None
                 with self.checking("stale unlock"):
                     self.expect_rejected(lambda: self.sut.unlock(ref.handle, token), "stale unlock")
-                return
+                return None
             self.sut.unlock(ref.handle, token)
             if ref.prefix:
                 self.model.unlock(ref.namespace, ref.prefix)
             self.count("unlock")
+            return held
+
+    def keeps_receipts(self) -> bool:
+        """Whether a released lock's receipt means something after it: per-sequence locks
+        (profile ``lock_model="sets"``) checked on unlock. A counted lock's token names no
+        one (an unlock by a spent one is any holder's unlock)."""
+        return self.has("unlock_checks") and self.profile.lock_model == "sets"
+
+    def do_unlock_spent(self, receipt: LockRef) -> None:
+        """A finished request's receipt handed back again (a retry, a stale reference): the
+        sequence holds nothing now, so the unlock is rejected, whoever else holds the node,
+        and it changes nothing (INV-14). A cache that checks a receipt's slot but not its
+        generation accepts it, and an eviction then frees the KV of whoever holds it now."""
+        ref = receipt.node
+        if not ref.prefix:
+            return  # not a bad call: the root, which no lock protects
+        if self.is_stale(ref) and not self.has("stale_handles"):
+            self.skip("no 'stale_handles': stale unlock")
+            return
+        step = self.log("unlock", node=ref.step, lock=receipt.step, spent=True)
+        self.note_handle(ref)
+        step["expect"] = {"rejected": True}
+        with self.checking("unlock with a spent receipt"):
+            self.expect_rejected(
+                lambda: self.sut.unlock(ref.handle, receipt.token), "unlock with a spent receipt"
+            )
 
     def do_unlock_without_lock(self, ref: NodeRef) -> None:
         """An unlock that no lock matches is rejected, never a silent negative count."""
@@ -923,9 +952,15 @@ class ConformanceMachine(RuleBasedStateMachine):
         view = view_of(self.model)
         refs.sort(key=lambda r: bool(children_of(view, (r.namespace, r.prefix), self.page_size)))
 
-    @rule(held=consumes(locks))
-    def unlock(self, held: LockRef) -> None:
-        self.do_unlock(held)
+    @rule(target=spent, held=consumes(locks))
+    def unlock(self, held: LockRef) -> Any:
+        released = self.do_unlock(held)
+        return released if released is not None and self.keeps_receipts() else multiple()
+
+    @precondition(lambda self: self.keeps_receipts())
+    @rule(receipt=spent)
+    def unlock_with_a_spent_receipt(self, receipt: LockRef) -> None:
+        self.do_unlock_spent(receipt)
 
     @precondition(lambda self: self.has("unlock_checks"))
     @rule(ref=nodes)

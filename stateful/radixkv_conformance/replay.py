@@ -129,5 +129,8 @@ def _unlock(
     if step["lock"] is None:
         m.do_unlock_without_lock(nodes[step["node"]])
         return
+    if step.get("spent"):
+        m.do_unlock_spent(locks[step["lock"]])
+        return
     m.unlock_by_token = not step.get("without_token", False)
     m.do_unlock(locks[step["lock"]])

@@ -1,0 +1,62 @@
+"""A spent lock receipt handed back (issue 39, item 1).
+
+Under per-sequence locks (MAX's ``mark_in_use_by`` / ``mark_not_in_use_by``) a receipt is
+the sequence's id: once its unlock went through, the sequence holds nothing, and an unlock
+with that receipt again must be rejected whoever else holds the node. A cache that checks
+only that *someone* holds the node (a lease slot without its generation) accepts it and
+releases the current holder: an eviction then frees a running request's KV. The kit once
+handed back only ``None`` receipts; it now keeps released ones and tries them again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+from typing import Any
+
+import pytest
+from hypothesis import settings
+from radixkv_conformance import run_conformance
+from radixkv_conformance.adapters import max_trie
+from radixkv_conformance.explore.states import parse_bounds
+from radixkv_conformance.protocol import Host
+
+import radixkv
+
+pytestmark = pytest.mark.search  # kit searches: run once, not again on the pure key path
+
+QUICK = settings(max_examples=30, stateful_step_count=20, deadline=None, database=None)
+# five steps: insert, lock (A), unlock (A), lock (B), unlock with A's receipt again
+FIVE_STEPS = parse_bounds("tokens=1,length=1,namespaces=1,depth=5")
+SPENT = "INV-14:unlock-with-a-spent-receipt"
+
+
+class SlotOnlyTrie(radixkv.RadixTrie):
+    """Takes a receipt it once issued as the node's current holder's: a lease slot checked
+    without its generation (a receipt it never issued, ``None``, is still refused)."""
+
+    def mark_not_in_use_by(self, node: Any, seq_id: Hashable) -> None:
+        issued = isinstance(seq_id, int)
+        if issued and seq_id not in node.active_seqs and node.active_seqs:
+            seq_id = min(node.active_seqs)  # the slot's current holder, not the receipt's
+        super().mark_not_in_use_by(node, seq_id)
+
+
+def slot_only(page_size: int, host: Host) -> max_trie.RadixTrieAdapter:
+    adapter = max_trie.factory(page_size, host)
+    adapter.trie.__class__ = SlotOnlyTrie
+    return adapter
+
+
+def _findings(factory: Any) -> list[str]:
+    report = run_conformance(
+        factory, profile=max_trie.PROFILE, settings=QUICK, name=factory.__name__, explore=FIVE_STEPS
+    )
+    return [failure.finding for failure in report.failures]
+
+
+def test_a_receipt_checked_by_slot_only_is_found() -> None:
+    assert _findings(slot_only) == [SPENT]  # an unlock with no receipt is refused as it was
+
+
+def test_radixkv_trie_rejects_every_spent_receipt() -> None:
+    assert _findings(max_trie.factory) == []
