@@ -20,11 +20,20 @@ does not know the nodes, and every rule below is phrased over positions:
 * eviction: checked for admissibility against the implementation's frees (``events``).
 
 Leaves (positions with nothing cached below) always hold a state (INV-31).
+
+An engine's habits the model takes as policies (keywords of ``MambaCacheModel``, named as
+the kit's profile names them): a leaf whose state went may stay, its KV alone
+(``tombstone_leaves``); a lock may end where no state is (``tombstone_locks``); a state's
+recency is refreshed only where it is used, at the end of a match or an insert, not by a
+path through it (``state_recency="own"``). Under a victim order whose splits refresh both
+halves, a match or insert may refresh what a split at the end of its KV walk leaves below
+(and, for a match cut back to a state, the walked pages past that state): their recency is
+widened to (old tick, new tick), as the plain model widens it.
 """
 
 from collections import Counter
 from collections.abc import Sequence
-from typing import TypeAlias
+from typing import Literal, TypeAlias
 
 from radixkv_spec.invariants import SpecViolation, Waiver, holds, holds_or_waived, never, require
 from radixkv_spec.outcomes import (
@@ -38,7 +47,7 @@ from radixkv_spec.pages import cached_len, child_paths, page_prefixes, path_indi
 from radixkv_spec.policies import (
     DEEPEST_STATE,
     LRU_LEAVES,
-    READS_LEAF_FACTS,
+    PLAIN_MODEL_ONLY,
     LeafFacts,
     MambaMatchPolicy,
     VictimOrder,
@@ -55,6 +64,10 @@ from radixkv_spec.tokens import (
 )
 
 RecencyKey: TypeAlias = tuple[int, int]
+StateRecency = Literal["path", "own"]
+"""What refreshes a state's place in the order states are evicted in: every stamp of a path
+through it (``"path"``, radixkv), or only a match or an insert that ends at it (``"own"``,
+sglang's unified tree: components/mamba.py:126-151)."""
 
 
 def truncated_len(state_ends: Sequence[int], kv_len: int) -> int:
@@ -108,25 +121,38 @@ class MambaCacheModel:
         page_size: int = 1,
         victims: VictimOrder = LRU_LEAVES,
         matching: MambaMatchPolicy = DEEPEST_STATE,
+        *,
+        tombstone_leaves: bool = False,
+        tombstone_locks: bool = False,
+        state_recency: StateRecency = "path",
     ) -> None:
         """An empty cache storing pages of ``page_size`` tokens.
 
         ``victims`` and ``matching`` are the engine's policies (``radixkv_spec.policies``):
-        which victim an eviction may take, and how a match is cut.
+        which victim an eviction may take, and how a match is cut. ``tombstone_leaves``: a
+        position whose state went keeps its KV when nothing is cached below it (no INV-31
+        cascade); ``tombstone_locks``: a lock may end at a position without a state (it
+        holds the KV of its path); ``state_recency``: see ``StateRecency``.
 
         pre: page_size >= 1
-        pre: victims not in READS_LEAF_FACTS
+        pre: victims not in PLAIN_MODEL_ONLY
         """
         require(page_size >= 1, f"page_size must be >= 1, got {page_size}")
-        # The Mamba model ranks by recency only: no order that reads hits, births, priorities
-        require(victims not in READS_LEAF_FACTS, f"the Mamba model cannot judge {victims.name}")
+        # The Mamba model ranks by recency only (no hits, births, priorities) and widens no
+        # insert's recency
+        require(victims not in PLAIN_MODEL_ONLY, f"the Mamba model cannot judge {victims.name}")
         self.page_size = page_size
         self.victims = victims
         self.matching = matching
+        self.tombstone_leaves = tombstone_leaves
+        self.tombstone_locks = tombstone_locks
+        self.state_recency = state_recency
         self.pages: dict[Namespace, dict[PagePath, tuple[int, ...]]] = {}
         self.states: dict[Position, int] = {}
         self.handles: Counter[Position] = Counter()
         self.recency: dict[Position, int] = {}
+        self.latest: dict[Position, int] = {}  # the latest tick a split could have given
+        self.used: dict[Position, int] = {}  # under "own": when the state there was used
         self.born: dict[Position, int] = {}
         self.clock = 0
 
@@ -190,6 +216,16 @@ class MambaCacheModel:
     def key(self, position: Position) -> RecencyKey:
         return recency_key(self.recency[position], position[1])
 
+    def latest_key(self, position: Position) -> RecencyKey:
+        """The most recent ``key`` a split could have given the position."""
+        return recency_key(self.latest[position], position[1])
+
+    def state_key(self, position: Position) -> RecencyKey:
+        """Where the state at ``position`` stands in the order states are evicted in."""
+        if self.state_recency == "own":
+            return recency_key(self.used[position], position[1])
+        return self.key(position)
+
     # ------------------------------------------------------------------- sizes
 
     def total_size(self) -> int:
@@ -246,6 +282,9 @@ class MambaCacheModel:
         prefix_len = self.matching.matched_len(kv_len, state_ends)
         path = key[:prefix_len]
         self._stamp(ns, path)
+        walked = page_prefixes(key[:kv_len], self.page_size)[prefix_len // self.page_size :]
+        self._widen(ns, [*walked, *self._split_remainder(ns, key[:kv_len])])
+        self._use_state(ns, path)
         return MatchOutcome(
             indices=path_indices(self.pages.get(ns, {}), path, self.page_size),
             prefix_len=prefix_len,
@@ -300,6 +339,7 @@ class MambaCacheModel:
         adopted = values[prefix_len:]
         require(not set(adopted) & self.cached_indices(), "INV-7: an adopted index is cached")
         require(len(set(adopted)) == len(adopted), "INV-7: the same index is adopted twice")
+        remainder = self._split_remainder(ns, key[:prefix_len])  # before new pages branch off
         self.clock += 1
         for path in page_prefixes(key, self.page_size)[prefix_len // self.page_size :]:
             self.pages.setdefault(ns, {})[path] = values[len(path) - self.page_size : len(path)]
@@ -308,15 +348,19 @@ class MambaCacheModel:
         if not mamba_exist and given is not None:
             self.states[(ns, key)] = given
         self._stamp(ns, key, tick=self.clock)
+        self._widen(ns, remainder)
+        self._use_state(ns, key)
         slots = (given,) if mamba_exist and given is not None else ()
         return InsertOutcome(prefix_len, dropped, len(key), mamba_exist, slots)
 
     def lock(self, ns: Namespace, prefix: Sequence[Token]) -> None:
-        """Take a handle at ``prefix``, which must hold a state (the root: no-op)."""
+        """Take a handle at ``prefix``, which must hold a state unless the model takes
+        ``tombstone_locks`` (the root: no-op)."""
         ns, path = self._position(ns, prefix)
         if path:
             # INV-30: a handle protects the state its request resumes from
-            require(self.has_state(ns, path), f"{path!r} holds no state to lock")
+            stateful = self.has_state(ns, path) or self.tombstone_locks
+            require(stateful, f"{path!r} holds no state to lock")
             self.handles[(ns, path)] += 1
 
     def unlock(self, ns: Namespace, prefix: Sequence[Token]) -> None:
@@ -337,6 +381,8 @@ class MambaCacheModel:
         self.states.clear()
         self.handles.clear()
         self.recency.clear()
+        self.latest.clear()
+        self.used.clear()
         self.born.clear()
         return freed
 
@@ -375,12 +421,14 @@ class MambaCacheModel:
         for ns, path in self.positions():
             holds(self.has_page(ns, path[:-p]), "INV-3", f"{path!r} has no cached parent")
             leaf = not self.children(ns, path)
-            holds(not leaf or self.has_state(ns, path), "INV-31", f"leaf {path!r} has no state")
+            kept = self.tombstone_leaves or self.has_state(ns, path)
+            holds(not leaf or kept, "INV-31", f"leaf {path!r} has no state")
         holds(all(self.has_page(*pos) for pos in self.states), "INV-31", "state off the map")
         slots = list(self.states.values())
         holds(len(set(slots)) == len(slots), "INV-33", "a slot is held at two positions")
         for pos, count in self.handles.items():
-            holds(count > 0 and pos in self.states, "INV-30", f"handle at {pos!r} has no state")
+            held = pos in self.states or (self.tombstone_locks and self.has_page(*pos))
+            holds(count > 0 and held, "INV-30", f"handle at {pos!r} has no state")
 
     # ---------------------------------------------------------------- helpers
 
@@ -389,7 +437,33 @@ class MambaCacheModel:
             self.clock += 1
             tick = self.clock
         for q in page_prefixes(path, self.page_size):
-            self.recency[(ns, q)] = tick
+            self.recency[(ns, q)] = self.latest[(ns, q)] = tick
+
+    def _split_remainder(self, ns: Namespace, path: PagePath) -> list[PagePath]:
+        """Under a victim order whose splits refresh the lower half too: the pages a split
+        at the end of ``path`` could put in it, the single-child chain below (a node never
+        spans a branch point); else nothing."""
+        chain: list[PagePath] = []
+        if not (self.victims.refreshes_split_remainder and path):
+            return chain
+        below = self.children(ns, path)
+        while len(below) == 1:
+            chain.append(below[0])
+            below = self.children(ns, below[0])
+        return chain
+
+    def _widen(self, ns: Namespace, paths: Sequence[PagePath]) -> None:
+        """Under a victim order whose splits refresh both halves: ``paths`` may carry the
+        clock's tick (at latest)."""
+        if self.victims.refreshes_split_remainder:
+            for q in paths:
+                self.latest[(ns, q)] = self.clock
+
+    def _use_state(self, ns: Namespace, path: PagePath) -> None:
+        """The state at ``path`` (if any) was used now: a match or an insert ended there
+        (kept under ``state_recency="own"`` only: nothing else reads it)."""
+        if self.state_recency == "own" and path and (ns, path) in self.states:
+            self.used[(ns, path)] = self.clock
 
     def _position(self, ns: Namespace, prefix: Sequence[Token]) -> Position:
         ns = validate_namespace(ns)
@@ -398,11 +472,20 @@ class MambaCacheModel:
         return (ns, path)
 
     def _copy(self) -> "MambaCacheModel":
-        other = MambaCacheModel(self.page_size, self.victims, self.matching)
+        other = MambaCacheModel(
+            self.page_size,
+            self.victims,
+            self.matching,
+            tombstone_leaves=self.tombstone_leaves,
+            tombstone_locks=self.tombstone_locks,
+            state_recency=self.state_recency,
+        )
         other.pages = {ns: dict(table) for ns, table in self.pages.items()}
         other.states = dict(self.states)
         other.handles = Counter(self.handles)
         other.recency = dict(self.recency)
+        other.latest = dict(self.latest)
+        other.used = dict(self.used)
         other.born = dict(self.born)
         other.clock = self.clock
         return other
@@ -412,6 +495,7 @@ class MambaCacheModel:
         if not self.pages[ns]:
             del self.pages[ns]
         del self.recency[(ns, path)]
+        del self.latest[(ns, path)]
         del self.born[(ns, path)]
 
     def full_candidates(self) -> list[Position]:
@@ -498,17 +582,26 @@ class _Eviction:
             f"victim {position!r} is not a candidate",
             "not-candidate",
         )
-        ranks = {pos: rank for rank, pos in enumerate(sorted(candidates, key=self.m.key))}
-        # Ties in (tick, depth) share a rank: the LRU order is total up to them
-        bounds = [LeafFacts(*(self._rank(ranks, pos),) * 2) for pos in candidates]
-        victim = LeafFacts(*(self._rank(ranks, position),) * 2)
-        admitted = self.m.victims.admissible(victim, bounds)
+        bounds = self._bounds(candidates)
+        admitted = self.m.victims.admissible(bounds[position], list(bounds.values()))
         message = f"victim {position!r} is not {self.m.victims.name}"
         holds_or_waived(admitted, "INV-35", message, "victim-order", self.waive)
 
-    def _rank(self, ranks: dict[Position, int], position: Position) -> int:
-        key = self.m.key(position)
-        return min(rank for pos, rank in ranks.items() if self.m.key(pos) == key)
+    def _bounds(self, candidates: list[Position]) -> dict[Position, LeafFacts]:
+        """Each candidate's recency bounds, as ranks in one order. Ties in (tick, depth)
+        share a rank: the LRU order is total up to them."""
+        pairs = {pos: self._recency(pos) for pos in candidates}
+        keys = sorted({key for pair in pairs.values() for key in pair})
+        rank = {key: i for i, key in enumerate(keys)}
+        return {pos: LeafFacts(rank[early], rank[late]) for pos, (early, late) in pairs.items()}
+
+    def _recency(self, position: Position) -> tuple[RecencyKey, RecencyKey]:
+        """Phase 1 reads a page's (tick, latest tick a split could give it); phase 2 the
+        order states are evicted in."""
+        if self.phase == 1:
+            return self.m.key(position), self.m.latest_key(position)
+        key = self.m.state_key(position)
+        return key, key
 
     def _delete(self, group: tuple[int, ...]) -> int | None:
         """Apply one deleted node; return the slot it held (to be freed next)."""
@@ -547,7 +640,8 @@ class _Eviction:
     def _after_delete(self) -> None:
         ns, parent = self.top
         childless = bool(parent) and not self.m.children(ns, parent)
-        tombstone = childless and (ns, parent) not in self.m.states
+        stateless = (ns, parent) not in self.m.states
+        tombstone = childless and stateless and not self.m.tombstone_leaves
         self.cascade = (ns, parent) if tombstone else None
 
     def _tombstone(self, slot: int) -> None:

@@ -12,14 +12,16 @@ Positions are pages, not tokens, because with ``page_size > 1`` the cached pages
 The set of cached positions is prefix-closed: a cached path implies each of its shorter
 page-aligned prefixes. Besides the map the model keeps, per position:
 
-* ``recency``: the tick of the last match or insert whose path went through it;
+* ``recency``: the tick of the last match or insert whose path went through it (or lock
+  or unlock, for an engine that refreshes on those: ``refresh_on``);
 * ``born``: the tick of the insert that (last) added it;
 * ``hits``: how many matches returned a path through it since it was added;
 * ``priority``: the highest ``priority`` of the inserts whose key covered it since it was
   added (the adding one included);
 
 and ``handles``, a ``Counter`` of outstanding lock handles per position. ``clock`` is the
-model's logical clock: each match, insert and reset takes the next tick. Only the order
+model's logical clock: each match, insert and reset (and each refreshing lock or unlock)
+takes the next tick. Only the order
 of ticks is observable, so an implementation's clock may also advance on other calls.
 
 A lock handle (a node object in an implementation) obtained at tick ``t`` is stale once
@@ -86,12 +88,13 @@ class PrefixCacheModel:
         """An empty cache storing pages of ``page_size`` tokens, under the engine's policies
         (``radixkv_spec.policies``):
 
-        ``victims``: which leaf an eviction may take. Under a policy whose splits refresh
-        the lower half too, ``latest`` holds the latest tick such a refresh could have
-        given each page. ``refresh_on``: the operations that refresh the path they touch,
-        ``insert`` always, ``match`` and ``unlock`` as the engine does (vLLM and MAX refresh
-        on release, not on lookup). ``stores``: ``False`` for a cache that never shares
-        (ChunkCache): every insert is dropped. ``eviction``: how much one eviction may free
+        ``victims``: which leaf an eviction may take. Under a policy whose splits (or
+        inserts) refresh the rest of a node too, ``latest`` holds the latest tick such a
+        refresh could have given each page. ``refresh_on``: the operations that refresh the
+        path they touch, ``insert`` always, ``match``, ``lock`` and ``unlock`` as the engine
+        does (vLLM and MAX refresh on release, not on lookup; LightLLM's lock is a lookup).
+        ``stores``: ``False`` for a cache that never shares (ChunkCache): every insert is
+        dropped. ``eviction``: how much one eviction may free
         (``WHOLE_LEAVES``, ``TAIL_PAGES``). ``flat_report``: it tells an eviction's frees as
         one list, not one group per deleted node (MAX's ``evict_blocks``): regrouped by page.
 
@@ -247,11 +250,13 @@ class PrefixCacheModel:
 
         The cache keeps the indices it holds for the cached prefix and adopts
         ``indices[i]`` only where it held nothing. Takes one tick and stamps the whole
-        inserted path with it. New pages take ``priority``; cached ones on the key keep
-        the higher of theirs and it. Raises (before any change) ``TypeError`` / ``ValueError``
-        for a bad key or index, and ``SpecUsageError`` if ``indices`` is shorter than the
-        aligned key or an adopted index is already cached. A cache that never shares
-        (``stores=False``) caches nothing: the caller keeps every index.
+        inserted path with it (under a victim order whose inserts stamp whole nodes, a key
+        cached whole may have stamped the pages of its last node below it too). New pages
+        take ``priority``; cached ones on the key keep the higher of theirs and it. Raises
+        (before any change) ``TypeError`` / ``ValueError`` for a bad key or index, and
+        ``SpecUsageError`` if ``indices`` is shorter than the aligned key or an adopted index
+        is already cached. A cache that never shares (``stores=False``) caches nothing: the
+        caller keeps every index.
         """
         ns = validate_namespace(ns)
         key = aligned(validate_tokens(tokens), self.page_size)
@@ -270,12 +275,15 @@ class PrefixCacheModel:
         for path in page_prefixes(key, self.page_size)[prefix_len // self.page_size :]:
             self._add_page(ns, path, values[len(path) - self.page_size : len(path)], tick)
         self._touch(ns, key, tick)
+        if key and prefix_len == len(key) and self.victims.refreshes_node_on_insert:
+            self._widen_below(ns, key, tick)  # the key may end inside a node it stamps whole
         for q in page_prefixes(key, self.page_size):
             self.priority[(ns, q)] = max(self.priority.get((ns, q), priority), priority)
         return InsertOutcome(prefix_len, dropped, end=len(key))
 
     def lock(self, ns: Namespace, prefix: Sequence[Token], obtained_at: int | None = None) -> None:
-        """Take a lock handle at the cached page position ``prefix`` (the root: no-op).
+        """Take a lock handle at the cached page position ``prefix`` (the root: no-op); an
+        engine whose lock is a lookup (``refresh_on``) stamps the path with a new tick.
 
         ``obtained_at``, when given, is the tick at which the caller got the handle (the
         model's ``clock`` right after the match or insert that returned it); a stale
@@ -284,6 +292,8 @@ class PrefixCacheModel:
         ns, path = self._handle_position(ns, prefix, obtained_at)
         if path:
             self.handles[(ns, path)] += 1
+            if "lock" in self.refresh_on:
+                self._touch(ns, path, self._tick())
 
     def unlock(
         self, ns: Namespace, prefix: Sequence[Token], obtained_at: int | None = None
@@ -399,8 +409,12 @@ class PrefixCacheModel:
             self.recency[(ns, q)] = tick
             self.latest[(ns, q)] = tick
         if self.victims.refreshes_split_remainder:
-            for q in self._single_chain_below(ns, path):
-                self.latest[(ns, q)] = tick
+            self._widen_below(ns, path, tick)
+
+    def _widen_below(self, ns: Namespace, path: PagePath, tick: int) -> None:
+        """The pages a node ending below ``path`` could hold may carry ``tick`` (at latest)."""
+        for q in self._single_chain_below(ns, path):
+            self.latest[(ns, q)] = tick
 
     def _single_chain_below(self, ns: Namespace, path: PagePath) -> list[PagePath]:
         """The pages a split at ``path`` could put in its lower half: the chain below it

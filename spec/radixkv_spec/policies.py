@@ -42,6 +42,7 @@ class LruLeaves:
 
     name: str = "lru"
     refreshes_split_remainder: bool = False
+    refreshes_node_on_insert: bool = False
 
     def admissible(self, victim: LeafFacts, candidates: Sequence[LeafFacts]) -> bool:
         """Whether a leaf of recency ``victim`` may go first among ``candidates`` (itself
@@ -64,6 +65,29 @@ class LruSplitRefreshesBoth:
 
     name: str = "lru-split-refreshes-both"
     refreshes_split_remainder: bool = True
+    refreshes_node_on_insert: bool = False
+
+    def admissible(self, victim: LeafFacts, candidates: Sequence[LeafFacts]) -> bool:
+        """pre: victim in candidates"""
+        return victim[0] <= min(c[1] for c in candidates)
+
+
+@dataclass(frozen=True)
+class LruInsertRefreshesNode:
+    """LRU, where an insert whose key ends inside a cached node stamps the whole node.
+
+    LightLLM's RadixCache does not split a node for an insert that ends inside it: it
+    stamps that node, so the pages it holds below the key are refreshed too (a match that
+    ends inside a node splits it and leaves the lower half alone). The model does not know
+    where nodes end, so after an insert of a key it held whole it widens the recency of the
+    pages such a node could hold below the key (the single-child chain below it) to (old
+    tick, new tick), and admits a victim that is least recent under *some* choice of ticks
+    within those bounds.
+    """
+
+    name: str = "lru-insert-refreshes-node"
+    refreshes_split_remainder: bool = False
+    refreshes_node_on_insert: bool = True
 
     def admissible(self, victim: LeafFacts, candidates: Sequence[LeafFacts]) -> bool:
         """pre: victim in candidates"""
@@ -76,6 +100,7 @@ class AnyLeaf:
 
     name: str = "any"
     refreshes_split_remainder: bool = False
+    refreshes_node_on_insert: bool = False
 
     def admissible(self, victim: LeafFacts, candidates: Sequence[LeafFacts]) -> bool:
         """pre: victim in candidates"""
@@ -90,6 +115,7 @@ class LfuLeaves:
 
     name: str = "lfu"
     refreshes_split_remainder: bool = False
+    refreshes_node_on_insert: bool = False
 
     def admissible(self, victim: LeafFacts, candidates: Sequence[LeafFacts]) -> bool:
         """pre: victim in candidates"""
@@ -103,6 +129,7 @@ class FifoLeaves:
 
     name: str = "fifo"
     refreshes_split_remainder: bool = False
+    refreshes_node_on_insert: bool = False
 
     def admissible(self, victim: LeafFacts, candidates: Sequence[LeafFacts]) -> bool:
         """pre: victim in candidates"""
@@ -116,6 +143,7 @@ class MruLeaves:
 
     name: str = "mru"
     refreshes_split_remainder: bool = False
+    refreshes_node_on_insert: bool = False
 
     def admissible(self, victim: LeafFacts, candidates: Sequence[LeafFacts]) -> bool:
         """pre: victim in candidates"""
@@ -130,6 +158,7 @@ class PriorityLeaves:
 
     name: str = "priority"
     refreshes_split_remainder: bool = False
+    refreshes_node_on_insert: bool = False
 
     def admissible(self, victim: LeafFacts, candidates: Sequence[LeafFacts]) -> bool:
         """pre: victim in candidates"""
@@ -140,6 +169,7 @@ class PriorityLeaves:
 VictimOrder = (
     LruLeaves
     | LruSplitRefreshesBoth
+    | LruInsertRefreshesNode
     | AnyLeaf
     | LfuLeaves
     | FifoLeaves
@@ -148,6 +178,7 @@ VictimOrder = (
 )
 LRU_LEAVES = LruLeaves()
 LRU_SPLIT_REFRESHES_BOTH = LruSplitRefreshesBoth()
+LRU_INSERT_REFRESHES_NODE = LruInsertRefreshesNode()
 ANY_LEAF = AnyLeaf()
 LFU_LEAVES = LfuLeaves()
 FIFO_LEAVES = FifoLeaves()
@@ -156,6 +187,9 @@ PRIORITY_LEAVES = PriorityLeaves()
 READS_LEAF_FACTS = (LFU_LEAVES, FIFO_LEAVES, MRU_LEAVES, PRIORITY_LEAVES)
 """The victim orders that read more than recency: only the plain model (``model.py``)
 judges them; the SWA and Mamba models know recency alone."""
+PLAIN_MODEL_ONLY = (*READS_LEAF_FACTS, LRU_INSERT_REFRESHES_NODE)
+"""The victim orders the SWA and Mamba models refuse: those that read more than recency,
+and ``LRU_INSERT_REFRESHES_NODE`` (only the plain model widens recency after an insert)."""
 
 
 @dataclass(frozen=True)
@@ -186,11 +220,12 @@ Eviction = WholeLeaves | TailPages
 WHOLE_LEAVES = WholeLeaves()
 TAIL_PAGES = TailPages()
 
-REFRESHES = frozenset({"insert", "match", "unlock"})
-"""The operations that may refresh the recency of the path they touch."""
+REFRESHES = frozenset({"insert", "match", "lock", "unlock"})
+"""The operations that may refresh the recency of the path they touch (``lock``: an engine
+whose lock is a lookup, LightLLM's ``match_prefix(update_refs=True)``)."""
 DEFAULT_REFRESH = frozenset({"insert", "match"})
 """radixkv's and sglang's: an insert and a lookup refresh (vLLM and MAX: an insert and a
-release)."""
+release; LightLLM: an insert, a lookup and a lock)."""
 
 
 @dataclass(frozen=True)

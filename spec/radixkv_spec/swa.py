@@ -22,7 +22,7 @@ from radixkv_spec.outcomes import (
     MatchOutcome,
     ResetOutcome,
 )
-from radixkv_spec.policies import LRU_LEAVES, READS_LEAF_FACTS, LeafFacts, VictimOrder
+from radixkv_spec.policies import LRU_LEAVES, PLAIN_MODEL_ONLY, LeafFacts, VictimOrder
 from radixkv_spec.tokens import Namespace, Position, Token, aligned, extends
 
 DeadInsert: TypeAlias = Literal["dropped", "tombstoned"]
@@ -71,8 +71,9 @@ class SlidingWindowModel:
         cache frees their indices) or ``"tombstoned"`` (cached as tombstones, sglang).
         ``tombstone_locks``: a lock may end at a tombstone (sglang); it holds the full KV
         of its path and no SWA window (none is left at its end)."""
-        # The SWA model knows recency only: no order that reads hits, births or priorities
-        require(victims not in READS_LEAF_FACTS, f"the SWA model cannot judge {victims.name}")
+        # The SWA model knows recency only (no hits, births or priorities) and widens no
+        # insert's recency
+        require(victims not in PLAIN_MODEL_ONLY, f"the SWA model cannot judge {victims.name}")
         self.page_size = page_size
         self.window = window
         self.victims = victims

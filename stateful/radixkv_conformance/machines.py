@@ -500,14 +500,18 @@ class ConformanceMachine(RuleBasedStateMachine):
         base = self.keys_seen[data.draw(up_to(len(self.keys_seen) - 1), label="base")]
         cut = data.draw(up_to(len(base)), label="cut")
         tail = data.draw(tails(3 * self.page_size), label="tail")
-        key = base[:cut] + tuple(tail)
-        if not self.profile.empty_keys and len(key) < self.page_size:
-            key += (0,) * (self.page_size - len(key))  # at least a page: the engine refuses less
-        return key
+        return self.at_least_a_page(base[:cut] + tuple(tail))
 
     def draw_inserted_key(self, data: st.DataObject) -> tuple[int, ...]:
         """A key exactly as inserted before (so a match of it ends at a leaf, often)."""
-        return self.keys_seen[data.draw(up_to(len(self.keys_seen) - 1), label="inserted key")]
+        key = self.keys_seen[data.draw(up_to(len(self.keys_seen) - 1), label="inserted key")]
+        return self.at_least_a_page(key)  # the first is the empty key
+
+    def at_least_a_page(self, key: tuple[int, ...]) -> tuple[int, ...]:
+        """``key``, padded to a page under a profile whose engine refuses shorter keys."""
+        if not self.profile.empty_keys and len(key) < self.page_size:
+            key += (0,) * (self.page_size - len(key))
+        return key
 
     def draw_namespace(self, data: st.DataObject) -> Namespace:
         if not self.has("namespaces"):
@@ -671,7 +675,8 @@ class ConformanceMachine(RuleBasedStateMachine):
             tail = page_align(len(tokens), self.page_size) if self.profile.stores else 0
             self.release("free", indices[tail:], by="caller")  # its unaligned tail
             self.release("slot", spec.dropped_slots, by="caller")
-            self.keys_seen.append(tokens)
+            if tokens not in self.keys_seen:  # each key once: a draw of one is by what it is
+                self.keys_seen.append(tokens)
             self.count("insert")
             return self.ref(got.handle, namespace, tokens[: spec.end])
 

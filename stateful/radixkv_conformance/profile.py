@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 from typing import Literal
 
 from radixkv_spec.events import HashPolicy, Layout
+from radixkv_spec.mamba import StateRecency
 from radixkv_spec.policies import (
     ANY_LEAF,
     DEEPEST_STATE,
@@ -24,6 +25,7 @@ from radixkv_spec.policies import (
     FIFO_LEAVES,
     FULL_KV,
     LFU_LEAVES,
+    LRU_INSERT_REFRESHES_NODE,
     LRU_LEAVES,
     LRU_SPLIT_REFRESHES_BOTH,
     MRU_LEAVES,
@@ -45,11 +47,21 @@ LockModel = Literal["counts", "sets"]
 SwaLockTokens = Literal["exact", "optional"]
 SwaDeadInsert = Literal["dropped", "tombstoned"]
 SwaTombstoneLocks = Literal["refused", "accepted"]
+MambaInsertState = Literal["optional", "required"]
+MambaTombstoneLeaves = Literal["deleted", "kept"]
+MambaTombstoneLocks = Literal["refused", "accepted"]
+MAMBA_CHOICES: dict[str, tuple[str, ...]] = {
+    "mamba_insert_state": ("optional", "required"),
+    "mamba_tombstone_leaves": ("deleted", "kept"),
+    "mamba_tombstone_locks": ("refused", "accepted"),
+    "mamba_state_recency": ("path", "own"),
+}
 
 __all__ = [
     "ANY_LEAF",
     "DEEPEST_STATE",
     "FULL_KV",
+    "LRU_INSERT_REFRESHES_NODE",
     "LRU_LEAVES",
     "LRU_SPLIT_REFRESHES_BOTH",
     "TAIL_PAGES",
@@ -66,7 +78,8 @@ class Profile:
         name: how reports and traces refer to the profile.
         victims: which leaf an eviction may take (``radixkv_spec.policies``):
             ``LRU_LEAVES``; ``LRU_SPLIT_REFRESHES_BOTH`` (sglang's Python and Rust trees: a
-            split stamps both halves); ``ANY_LEAF``.
+            split stamps both halves); ``LRU_INSERT_REFRESHES_NODE`` (LightLLM: an insert
+            that ends inside a node stamps the whole node); ``ANY_LEAF``.
         eviction: ``WHOLE_LEAVES`` (delete whole leaves, overshoot by less than a node) or
             ``TAIL_PAGES`` (MAX: trim leaves page by page, never a page too many).
         duplicates: who releases the caller's indices for an already cached prefix on
@@ -79,15 +92,27 @@ class Profile:
         lock_model: ``"counts"`` (a counter per node; every unlock answers one lock) or
             ``"sets"`` (MAX: per-sequence sets; each lock is a fresh sequence id).
         refresh_on: the operations that refresh the recency of the path they touch:
-            ``insert`` always; ``match`` (radixkv, sglang: every lookup); ``unlock`` (MAX,
-            vLLM: a release refreshes what the request held). vLLM's and MAX's own caches
-            never refresh on a lookup: ``frozenset({"insert", "unlock"})``.
+            ``insert`` always; ``match`` (radixkv, sglang: every lookup); ``lock``
+            (LightLLM: a lock is a lookup, ``match_prefix(update_refs=True)``); ``unlock``
+            (MAX, vLLM: a release refreshes what the request held). vLLM's and MAX's own
+            caches never refresh on a lookup: ``frozenset({"insert", "unlock"})``.
         stores: ``False`` for a cache that never shares (ChunkCache): it must match
             nothing, adopt nothing and free nothing.
         match_may_split: match returns a handle ending exactly at the match (it may split
             a node for it). ``False``: match handles are not used for locking.
         mamba_match: ``DEEPEST_STATE`` (radixkv, sglang: cut the match back to the deepest
             state and copy it) or ``FULL_KV`` (pymllm: the whole KV match, no copy).
+        mamba_insert_state: ``"optional"`` (radixkv: an insert of a cached key may come
+            without a state) or ``"required"`` (sglang: every insert carries the request's
+            state, so the kit draws none without one, the refused one with new pages aside).
+        mamba_tombstone_leaves: ``"deleted"`` (radixkv: a position left without a state and
+            without children goes with its last child, INV-31) or ``"kept"`` (sglang's
+            unified tree: a node lives on its full KV alone).
+        mamba_tombstone_locks: ``"refused"`` (radixkv: a lock where no state is is a usage
+            error) or ``"accepted"`` (sglang: it holds the full KV of its path).
+        mamba_state_recency: ``"path"`` (radixkv: a state's place in the order states are
+            evicted in is its position's recency) or ``"own"`` (sglang: only a match or an
+            insert that ends at the state refreshes it).
         swa_lock_tokens: ``"exact"``: every SWA unlock gets back exactly what the lock
             returned (``None`` is a token like any other); ``"optional"``: an unlock may
             also pass ``None`` to undo the newest lock on the node (radixkv).
@@ -140,6 +165,10 @@ class Profile:
     stores: bool = True
     match_may_split: bool = True
     mamba_match: MambaMatchPolicy = DEEPEST_STATE
+    mamba_insert_state: MambaInsertState = "optional"
+    mamba_tombstone_leaves: MambaTombstoneLeaves = "deleted"
+    mamba_tombstone_locks: MambaTombstoneLocks = "refused"
+    mamba_state_recency: StateRecency = "path"
     swa_lock_tokens: SwaLockTokens = "exact"
     swa_insert_args: bool = True
     swa_dead_insert: SwaDeadInsert = "dropped"
@@ -174,6 +203,9 @@ class Profile:
             raise ValueError(
                 f"swa_tombstone_locks must be refused or accepted: {self.swa_tombstone_locks!r}"
             )
+        for name, choices in MAMBA_CHOICES.items():
+            if getattr(self, name) not in choices:
+                raise ValueError(f"{name} must be {' or '.join(choices)}: {getattr(self, name)!r}")
         if self.swa_lock_tokens not in ("exact", "optional"):
             raise ValueError(f"swa_lock_tokens must be exact or optional: {self.swa_lock_tokens!r}")
         if "insert" not in self.refresh_on or not self.refresh_on <= REFRESHES:
@@ -229,7 +261,7 @@ MAX_RADIX_TRIE = Profile(
     duplicates="kept",
     eviction=TAIL_PAGES,
     lock_model="sets",
-    refresh_on=REFRESHES,
+    refresh_on=frozenset({"insert", "match", "unlock"}),
     notes=(
         "MAX RadixTrie: one block per page, blocks kept on overlap, per-sequence locks, "
         "tail-trimming evict_blocks, recency refreshed on release too. A trimmed node stays "
@@ -290,6 +322,7 @@ PROFILES: dict[str, Profile] = {
 
 NEEDS = {  # a policy that only matters to an adapter with this capability
     "mamba_match": "mamba",
+    **dict.fromkeys(MAMBA_CHOICES, "mamba"),
     "swa_lock_tokens": "swa",
     "swa_insert_args": "swa",
     "swa_dead_insert": "swa",
@@ -313,6 +346,7 @@ def describe(profile: Profile, capabilities: frozenset[str] | None = None) -> li
         "reset_frees": profile.reset_frees,
         "lock_model": profile.lock_model,
         "mamba_match": profile.mamba_match.name,
+        **{name: getattr(profile, name) for name in MAMBA_CHOICES},
         "swa_lock_tokens": profile.swa_lock_tokens,
         "swa_insert_args": profile.swa_insert_args,
         "swa_dead_insert": profile.swa_dead_insert,

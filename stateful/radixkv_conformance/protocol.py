@@ -360,11 +360,12 @@ class EventsAdapter(Protocol):
 class CanonicalStateAdapter(Protocol):
     """Optional, no capability: lets ``radixkv check --states`` merge equivalent states.
 
-    Without it the explorer compares ``snapshot()``, ``contents()``, ``sizes()`` and the
-    picture of the engine's memory (``explore/memory.py``) with every large number renamed
-    to its rank, so a cache's own clocks, ids and counters keep states apart that have the
-    same future (SPEC.md "The canonical state"). A hook replaces those pictures: it must
-    leave out nothing a later answer reads."""
+    Without it the explorer compares ``snapshot()``, ``contents()`` and ``sizes()`` (and,
+    with ``memory=1`` in the bounds, the picture of the engine's memory:
+    ``explore/memory.py``) with every large number renamed to its rank, so a cache's own
+    ids and stamps keep states apart that have the same future (SPEC.md "The canonical
+    state"). A hook replaces those pictures: it must leave out nothing a later answer
+    reads."""
 
     def canonical_state(self, handles: Sequence[Any]) -> tuple[Hashable, tuple[Hashable, ...]]:
         """The cache's whole state as plain values, and a name for each of ``handles``

@@ -10,6 +10,7 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
+from radixkv_spec.policies import DEFAULT_REFRESH
 from radixkv_spec.situations import declared
 
 from radixkv_conformance.machines import ConformanceMachine, Session
@@ -141,10 +142,10 @@ def machine_for(
     """
     claims = probe_capabilities(factory, profile) if capabilities is None else capabilities
     rules = rule_set(claims)
-    if rules.mode != "plain" and "match" not in profile.refresh_on:
-        raise AdapterError(
-            f"the {rules.mode} rule set's model refreshes recency on every match; profile "
-            f"{profile.name!r} does not (refresh_on={sorted(profile.refresh_on)})"
+    if rules.mode != "plain" and profile.refresh_on != DEFAULT_REFRESH:
+        raise AdapterError(  # its model knows no other refresh: it would judge by its own
+            f"the {rules.mode} rule set's model refreshes recency on every match and insert "
+            f"only; profile {profile.name!r} does not (refresh_on={sorted(profile.refresh_on)})"
         )
     if rules.mode != "plain" and profile.allocation == "cache":
         raise AdapterError(f"the {rules.mode} rule set has no rules for allocation='cache'")

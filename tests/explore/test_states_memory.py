@@ -1,11 +1,13 @@
-"""States are told apart by the engine's memory, not only by the adapter's snapshot.
+"""With ``memory=1``, states are told apart by the engine's memory, not only by the adapter's
+snapshot.
 
 ``planted`` ``stale_order`` keeps the eviction order it sorted at one eviction for the next
 ones (inserts keep it up to date, a match does not), and its adapter's snapshot shows pages,
 locks and stamps, not that order. Merged by the snapshot, the state after an eviction of
 nothing is the state before it, the exploration never expands it, and it reports a fixpoint
-with the bug inside its bounds. Keyed by the memory picture too (``explore/memory.py``), the
-two-leaf stage finds it in five steps: two inserts, an eviction, a match, an eviction.
+with the bug inside its bounds (the random search finds it). Keyed by the memory picture
+too (``explore/memory.py``), the two-leaf stage finds it in five steps: two inserts, an
+eviction, a match, an eviction.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ pytestmark = pytest.mark.search  # kit explorations: run once, not again on the 
 
 STALE = functools.partial(planted.factory, bugs="stale_order")
 VICTIM_ORDER = "INV-11:evict-victim-order"
-LEAVES = dataclasses.replace(TREE.stages()[1], depth=5)  # two leaves, one namespace
+LEAVES = dataclasses.replace(TREE.stages()[1], depth=5, memory=1)  # two leaves, one namespace
 
 
 def _machine(factory: Any) -> Any:
@@ -47,12 +49,16 @@ def test_the_two_leaf_stage_finds_an_eviction_order_a_match_did_not_refresh() ->
     assert replay(found.trace, planted.factory, RADIXKV).passed  # the cache without the bug
 
 
-def test_merged_by_the_snapshot_alone_the_same_bounds_reach_a_false_fixpoint(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    monkeypatch.setattr(states, "memory_picture", lambda *_: ())
-    report = explore_states(_machine(STALE), dataclasses.replace(LEAVES, depth=None))
+def test_merged_by_the_snapshot_alone_the_same_bounds_reach_a_false_fixpoint() -> None:
+    report = explore_states(_machine(STALE), dataclasses.replace(LEAVES, depth=None, memory=0))
     assert report.fixpoint and report.passed, report.render()
+
+
+def test_memory_is_a_bound_of_zero_or_one() -> None:
+    assert states.parse_bounds("memory=1").memory == 1
+    assert "memory=1" in LEAVES.text()
+    with pytest.raises(LookupError, match="expected 0 or 1"):
+        states.parse_bounds("memory=2")
 
 
 def test_the_clean_cache_passes_the_same_bounds() -> None:
@@ -95,7 +101,8 @@ def test_shared_objects_and_cycles_are_pictured_by_reference() -> None:
     assert memory_picture(aliased, ()) != memory_picture(copies, ())
     root = _tree([1])
     assert memory_picture(root, ())[1] == ("dict", (1, ("ref", 2)))  # children by number
-    assert ("parent", ("ref", 0)) in memory_picture(root, ())[2]  # the cycle back to the root
+    child = memory_picture(root, ())[2]
+    assert isinstance(child, tuple) and ("parent", ("ref", 0)) in child  # the cycle back
 
 
 def test_a_long_linked_list_is_walked_not_recursed() -> None:

@@ -110,7 +110,7 @@ def test_the_default_check_explores_first_and_reports_the_shortest_sequence() ->
     quick = settings(
         max_examples=5, stateful_step_count=5, deadline=None, database=None, derandomize=True
     )
-    bounds = dataclasses.replace(TREE, namespaces=1, deeper=0, depth=4)  # fixed work
+    bounds = dataclasses.replace(TREE, namespaces=1, deeper=0, leaves=0, depth=4)  # fixed work
     report = run_conformance(
         CASCADE, settings=quick, name="cascade", budget=40, explore=bounds, max_failures=1
     )

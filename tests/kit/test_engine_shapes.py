@@ -144,12 +144,18 @@ def test_opaque_page_hashes_are_checked_for_consistency() -> None:
 
 
 class _RefusesShortKeys(planted.PageMapAdapter):
-    """An engine that refuses keys shorter than a page (MAX before 2025-02-20)."""
+    """An engine that refuses keys shorter than a page (MAX before 2025-02-20; LightLLM's
+    ``match_prefix`` asserts a non-empty key)."""
 
     def insert(self, tokens: tuple[int, ...], namespace: Any, indices: Any) -> Any:
         if len(tokens) < self.page_size:
             raise RuntimeError("empty keys are not supported")
         return super().insert(tokens, namespace, indices)
+
+    def match(self, tokens: tuple[int, ...], namespace: Any) -> Any:
+        if len(tokens) < self.page_size:
+            raise RuntimeError("empty keys are not supported")
+        return super().match(tokens, namespace)
 
 
 def test_a_profile_that_draws_no_empty_keys() -> None:
@@ -158,7 +164,8 @@ def test_a_profile_that_draws_no_empty_keys() -> None:
 
     crashes = run_conformance(factory, profile=RADIXKV, settings=SEARCH, name="short_crash")
     assert {f.finding for f in crashes.failures} == {
-        "RuntimeError:insert@test_engine_shapes.insert"
+        "RuntimeError:insert@test_engine_shapes.insert",
+        "RuntimeError:match@test_engine_shapes.match",
     }
     no_empty = RADIXKV.but(name="no-empty-keys", empty_keys=False)
     run_conformance(

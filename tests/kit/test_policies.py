@@ -17,18 +17,20 @@ from radixkv_conformance.adapters import chunk, max_trie
 from radixkv_conformance.adapters.radixkv import mamba, radix_cache, sliding_window
 from radixkv_conformance.conformance import ConformanceReport, run_conformance
 from radixkv_conformance.profile import describe
-from radixkv_conformance.protocol import Host
+from radixkv_conformance.protocol import AdapterError, Host
 from radixkv_conformance.registry import machine_for
 from radixkv_conformance.replay import replay
-from radixkv_spec.invariants import SpecViolation
+from radixkv_spec.invariants import SpecUsageError, SpecViolation
 from radixkv_spec.mamba import MambaCacheModel
 from radixkv_spec.model import PrefixCacheModel
 from radixkv_spec.outcomes import node_frees
 from radixkv_spec.policies import (
     ANY_LEAF,
     FULL_KV,
+    LRU_INSERT_REFRESHES_NODE,
     LRU_LEAVES,
     LRU_SPLIT_REFRESHES_BOTH,
+    REFRESHES,
     TAIL_PAGES,
     WHOLE_LEAVES,
 )
@@ -90,6 +92,41 @@ def test_split_refresh_still_rejects_a_leaf_no_split_could_refresh() -> None:
     model.match(None, (5,))  # nothing below (5,): no split can refresh (1,)
     with pytest.raises(SpecViolation, match="INV-11"):
         model.apply_eviction(1, node_frees([(20,)]))
+
+
+def _cached_key_then_evict(victims: Any, *, insert: bool) -> PrefixCacheModel:
+    """(1,2) at tick 1, (5,) at tick 2, then (1,) again: inserted (a key cached whole, ending
+    inside the node (1,2)) or matched (a match there splits the node in every engine)."""
+    model = PrefixCacheModel(1, victims)
+    model.insert(None, (1, 2), (10, 11))
+    model.insert(None, (5,), (20,))
+    if insert:
+        model.insert(None, (1,), (30,))
+    else:
+        model.match(None, (1,))
+    return model
+
+
+def test_an_insert_that_stamps_its_whole_node_admits_the_other_leaf() -> None:
+    """LightLLM stamps the whole node an insert ends inside: (2,) may be as recent as the
+    insert of (1,), so (5,) may go first; under LRU it may not."""
+    with pytest.raises(SpecViolation, match="INV-11"):
+        _cached_key_then_evict(LRU_LEAVES, insert=True).apply_eviction(1, node_frees([(20,)]))
+    stamped = _cached_key_then_evict(LRU_INSERT_REFRESHES_NODE, insert=True)
+    stamped.apply_eviction(1, node_frees([(20,)]))
+    _cached_key_then_evict(LRU_INSERT_REFRESHES_NODE, insert=True).apply_eviction(
+        1, node_frees([(11,)])
+    )
+
+
+def test_an_insert_that_stamps_its_node_leaves_a_match_alone() -> None:
+    """A match that ends inside a node splits it (LightLLM too): the lower half keeps its
+    tick, so (5,) may not go first, as it may where a split refreshes both halves."""
+    matched = _cached_key_then_evict(LRU_INSERT_REFRESHES_NODE, insert=False)
+    with pytest.raises(SpecViolation, match="INV-11"):
+        matched.apply_eviction(1, node_frees([(20,)]))
+    both = _cached_key_then_evict(LRU_SPLIT_REFRESHES_BOTH, insert=False)
+    both.apply_eviction(1, node_frees([(20,)]))
 
 
 def test_any_leaf_admits_any_unlocked_leaf_and_keeps_recency() -> None:
@@ -186,6 +223,22 @@ def test_a_refresh_on_unlock_is_read() -> None:
     on_unlock = RADIXKV.but(refresh_on=frozenset({"insert", "match", "unlock"}))
     refreshed = replay(UNLOCK_THEN_EVICT, radix_cache, on_unlock)
     assert refreshed.finding == "INV-11:evict-victim-order", refreshed
+
+
+def test_a_refresh_on_lock_is_read() -> None:
+    """radixkv's lock refreshes nothing: it evicts (1,) first, which a profile whose lock is
+    a lookup (LightLLM: ``match_prefix(update_refs=True)``) does not admit."""
+    on_lock = RADIXKV.but(refresh_on=frozenset({"insert", "match", "lock"}))
+    refreshed = replay(UNLOCK_THEN_EVICT, radix_cache, on_lock)
+    assert refreshed.finding == "INV-11:evict-victim-order", refreshed
+
+
+def test_only_the_plain_model_takes_a_lock_refresh_or_an_insert_that_stamps_its_node() -> None:
+    """The SWA and Mamba models know neither: a profile asking for them is refused."""
+    with pytest.raises(AdapterError, match="refreshes recency on every match and insert only"):
+        machine_for("x", sliding_window, RADIXKV_SWA.but(refresh_on=REFRESHES))
+    with pytest.raises(SpecUsageError, match="cannot judge lru-insert-refreshes-node"):
+        MambaCacheModel(1, LRU_INSERT_REFRESHES_NODE)
 
 
 MATCH_THEN_EVICT = _trace(

@@ -77,7 +77,8 @@ class Bounds:
     the first ``floor`` levels are explored whole before a time budget may end the
     exploration, so what they reach is the same on a fast machine and a loaded one;
     ``deeper`` adds a stage whose keys and windows are that many pages longer, ``leaves`` a
-    stage of one-page keys over that many token values (``stages``).
+    stage of one-page keys over that many token values (``stages``); ``memory=1`` tells an
+    adapter's states apart by its engine's memory as well as its snapshot (``memory.py``).
     """
 
     pages: tuple[int, ...] = (1,)
@@ -91,6 +92,7 @@ class Bounds:
     floor: int = 0
     deeper: int = 0
     leaves: int = 0
+    memory: int = 0  # 1: an adapter without canonical_state is keyed by its memory too
     skip: tuple[str, ...] = ()  # rules left out (the random search runs them)
 
     def text(self) -> str:
@@ -105,6 +107,7 @@ class Bounds:
             + (f",floor={self.floor}" if self.floor else "")
             + (f",deeper={self.deeper}" if self.deeper else "")
             + (f",leaves={self.leaves}" if self.leaves else "")
+            + (",memory=1" if self.memory else "")
             + (f",skip={'+'.join(self.skip)}" if self.skip else "")
         )
 
@@ -192,6 +195,10 @@ ALIASES = {"page": "pages", "window": "windows"}
 def _bound_value(key: str, value: str) -> Any:
     if key == "depth":
         return None if value == "none" else _number(value, "none or a positive step count")
+    if key == "memory":
+        if value not in ("0", "1"):
+            raise ValueError("expected 0 or 1")
+        return int(value)
     if key in ("floor", "deeper", "leaves"):
         unit = {"floor": "step", "deeper": "page", "leaves": "token value"}[key]
         return _number(value, f"a {unit} count, 0 or more", least=0)
@@ -287,25 +294,28 @@ COUNTERS = frozenset({"next_index", "next_slot"})  # every new one is above ever
 OWN = frozenset({"sut", "model", "keys_seen", "cached_refs"})
 
 
-def canonical(state: State, hypothesis_owned: frozenset[str], low: int = LOW) -> Hashable:
+def canonical(
+    state: State, hypothesis_owned: frozenset[str], low: int = LOW, memory: bool = False
+) -> Hashable:
     """The canonical form of a state (SPEC.md "The canonical state").
 
     The raw picture is the start variant, the symmetry counts, the kit's own state (handles,
     locks, keys, ledger), the spec model with its ticks as ranks, and the implementation's
     ``canonical_state`` (or, for an adapter without one, its snapshot, contents and sizes,
-    and the picture of the engine's memory: ``memory.py``); then every number >= ``low``
+    and with ``memory`` the picture of the engine's memory: ``memory.py``); then every
+    number >= ``low``
     anywhere in it is replaced by ``low`` + its rank among them (one order-preserving
     renaming of the whole state).
     """
     m = state.machine
-    sut, memory, names = _implementation(m, state.bundles)
+    sut, memory_of, names = _implementation(m, state.bundles, memory)
     raw: tuple[Any, ...] = (
         state.variant,
         state.seen,
         _kit(m, state.bundles, hypothesis_owned, names),
         _model(m.model),
         sut,
-        memory,
+        memory_of,
     )
     live = _numbers(raw)
     ledger = tuple(
@@ -319,14 +329,17 @@ Names = dict[int, Hashable]
 """The implementation's name for each handle object, by ``id()`` (``canonical_state``)."""
 
 
-def _implementation(m: Any, bundles: dict[str, list[Any]]) -> tuple[Hashable, Hashable, Names]:
-    """The implementation's part of the picture, the picture of its memory where the
-    adapter has no hook (``memory.py``), and its names for the handles held."""
+def _implementation(
+    m: Any, bundles: dict[str, list[Any]], memory: bool
+) -> tuple[Hashable, Hashable, Names]:
+    """The implementation's part of the picture, with ``memory`` the picture of its memory
+    where the adapter has no hook (``memory.py``), and its names for the handles held."""
     hook = getattr(m.sut, "canonical_state", None)
-    if not callable(hook):  # no hook: the adapter's own pictures, and the engine's memory
+    if not callable(hook):  # no hook: the adapter's own pictures (and the engine's memory)
         sut = m.sut
         shown = (_plain(sut.snapshot()), _plain(sut.contents()), _plain(sut.sizes()))
-        return shown, memory_picture(sut, (RuleBasedStateMachine,)), {}
+        whole = memory_picture(sut, (RuleBasedStateMachine,)) if memory else None
+        return shown, whole, {}
     held = [*(v for values in bundles.values() for v in values), *_refs(m)]
     objects = [o for v in held for o in _cache_objects(v)]
     picture, names = hook(objects)
@@ -357,9 +370,10 @@ def _kit(m: Any, bundles: dict[str, list[Any]], owned: frozenset[str], names: Na
             if k not in skip
         )
     )
-    held = tuple(
+    held = tuple(  # an empty bundle is no bundle (a rule may target one it never fills)
         (name, _handles(m, values, name != "locks", names))
         for name, values in sorted(bundles.items())
+        if values
     )
     refs = _handles(m, _refs(m), True, names)
     return (held, refs, tuple(sorted(set(map(tuple, m.keys_seen)))), rest)
@@ -404,7 +418,7 @@ def _opaque(value: Any) -> Hashable:
     return repr(value)
 
 
-TICKS = frozenset({"recency", "latest", "born"})
+TICKS = frozenset({"recency", "latest", "born", "used"})
 """The spec models' fields whose values are ticks of their logical clock."""
 UNREAD = frozenset({"clock", "last_reset"})
 """Spec fields no future reads once ticks are ranks: every new tick is above every earlier
@@ -696,7 +710,8 @@ class _Breadth(Explorer):
         return out
 
     def _key(self, state: State) -> Hashable:
-        return canonical(state, self.driver.hypothesis_owned, self.bounds.low())
+        low, memory = self.bounds.low(), bool(self.bounds.memory)
+        return canonical(state, self.driver.hypothesis_owned, low, memory)
 
     def _new(self, state: State, key: Hashable, depth: int, merge: bool) -> bool:
         self.states.outcomes.add(_outcome(key))

@@ -76,7 +76,14 @@ class MambaRules(ConformanceMachine):
 
     def new_model(self) -> MambaCacheModel:
         profile = self.session.profile
-        return MambaCacheModel(self.page_size, profile.victims, profile.mamba_match)
+        return MambaCacheModel(
+            self.page_size,
+            profile.victims,
+            profile.mamba_match,
+            tombstone_leaves=profile.mamba_tombstone_leaves == "kept",
+            tombstone_locks=profile.mamba_tombstone_locks == "accepted",
+            state_recency=profile.mamba_state_recency,
+        )
 
     def setup(self, page_size: int, window: int | None = None) -> None:
         self.lending: Lending | None = None  # set while a match runs
@@ -98,7 +105,8 @@ class MambaRules(ConformanceMachine):
         return self.new_slot()
 
     def lock_refusal(self, ref: NodeRef) -> str | None:
-        if ref.prefix and not self.model.has_state(ref.namespace, ref.prefix):
+        stateless = bool(ref.prefix) and not self.model.has_state(ref.namespace, ref.prefix)
+        if stateless and self.profile.mamba_tombstone_locks == "refused":
             return "lock of a node without a state"
         return None
 
@@ -198,6 +206,8 @@ class MambaRules(ConformanceMachine):
             call = self.insert_call(list(tokens), ns, list(range(len(tokens))))
             self.do_bad_call("new tokens without a state", {**call, "state_slot": None})
             return multiple()  # the call was refused: no handle for the bundle
+        # an engine whose every insert carries the request's state is never asked for less
+        with_slot = with_slot or self.profile.mamba_insert_state == "required"
         slot = self.new_slot() if with_slot else None
         if not with_slot:
             self.count("insert without state")
