@@ -45,7 +45,6 @@ from hypothesis.stateful import (
     consumes,
     initialize,
     invariant,
-    multiple,
     precondition,
     rule,
 )
@@ -255,7 +254,6 @@ class ConformanceMachine(RuleBasedStateMachine):
 
     nodes = Bundle("nodes")
     locks = Bundle("locks")
-    spent = Bundle("spent")  # receipts of locks released (per-sequence locks only)
 
     # ---- setup ---------------------------------------------------------------------------
 
@@ -675,8 +673,7 @@ class ConformanceMachine(RuleBasedStateMachine):
             tail = page_align(len(tokens), self.page_size) if self.profile.stores else 0
             self.release("free", indices[tail:], by="caller")  # its unaligned tail
             self.release("slot", spec.dropped_slots, by="caller")
-            if tokens not in self.keys_seen:  # each key once: a draw of one is by what it is
-                self.keys_seen.append(tokens)
+            self.keys_seen.append(tokens)
             self.count("insert")
             return self.ref(got.handle, namespace, tokens[: spec.end])
 
@@ -783,12 +780,6 @@ class ConformanceMachine(RuleBasedStateMachine):
                 self.model.unlock(ref.namespace, ref.prefix)
             self.count("unlock")
             return held
-
-    def keeps_receipts(self) -> bool:
-        """Whether a released lock's receipt means something after it: per-sequence locks
-        (profile ``lock_model="sets"``) checked on unlock. A counted lock's token names no
-        one (an unlock by a spent one is any holder's unlock)."""
-        return self.has("unlock_checks") and self.profile.lock_model == "sets"
 
     def do_unlock_spent(self, receipt: LockRef) -> None:
         """A finished request's receipt handed back again (a retry, a stale reference): the
@@ -957,15 +948,9 @@ class ConformanceMachine(RuleBasedStateMachine):
         view = view_of(self.model)
         refs.sort(key=lambda r: bool(children_of(view, (r.namespace, r.prefix), self.page_size)))
 
-    @rule(target=spent, held=consumes(locks))
-    def unlock(self, held: LockRef) -> Any:
-        released = self.do_unlock(held)
-        return released if released is not None and self.keeps_receipts() else multiple()
-
-    @precondition(lambda self: self.keeps_receipts())
-    @rule(receipt=spent)
-    def unlock_with_a_spent_receipt(self, receipt: LockRef) -> None:
-        self.do_unlock_spent(receipt)
+    @rule(held=consumes(locks))
+    def unlock(self, held: LockRef) -> None:
+        self.do_unlock(held)
 
     @precondition(lambda self: self.has("unlock_checks"))
     @rule(ref=nodes)

@@ -24,6 +24,7 @@ from radixkv_conformance.protocol import (
 )
 from radixkv_conformance.rules.mamba import MambaRules
 from radixkv_conformance.rules.plain import PlainRules
+from radixkv_conformance.rules.receipts import ReceiptRules
 from radixkv_conformance.rules.swa import SwaRules
 
 RULE_SETS: dict[str, type[ConformanceMachine]] = {
@@ -158,4 +159,6 @@ def machine_for(
     session = Session(
         factory, profile, claims, known, progress=progress, name=name, situations=watched
     )
-    return type(name, (rules,), {"session": session})
+    receipts = "unlock_checks" in claims and profile.lock_model == "sets"
+    bases = (ReceiptRules, rules) if receipts else (rules,)
+    return type(name, bases, {"session": session})

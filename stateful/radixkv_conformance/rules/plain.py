@@ -99,8 +99,7 @@ class PlainRules(ConformanceMachine):
             self.freed.difference_update(new)  # the cache reuses what it freed before
             self.next_index = max(self.next_index, max(new, default=-1) + 1)
             self.model.insert(namespace, tokens, tuple(got.indices), **options)
-            if tokens not in self.keys_seen:  # each key once: a draw of one is by what it is
-                self.keys_seen.append(tokens)
+            self.keys_seen.append(tokens)
             self.count("insert")
             return self.ref(got.handle, namespace, key)
 

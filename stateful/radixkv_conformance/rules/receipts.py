@@ -1,0 +1,31 @@
+"""Rules of per-sequence locks (profile ``lock_model="sets"``, capability ``unlock_checks``):
+a released lock's receipt handed back again.
+
+A receipt under per-sequence locks is the sequence's id: once its unlock went through, the
+sequence holds nothing, and an unlock with that receipt must be rejected whoever else holds
+the node (``ConformanceMachine.do_unlock_spent``). Composed into a machine only for such an
+adapter (``registry.machine_for``): a counted lock's token names no one, and a rule every
+machine carried would change every other machine's random search.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis.stateful import Bundle, consumes, multiple, rule
+
+from radixkv_conformance.machines import ConformanceMachine, LockRef
+
+
+class ReceiptRules(ConformanceMachine):
+    spent = Bundle("spent")  # receipts of locks released
+
+    @rule(target=spent, held=consumes(ConformanceMachine.locks))
+    def unlock_keeping_the_receipt(self, held: LockRef) -> Any:
+        """An unlock whose caller keeps the receipt (to hand it back later, by mistake)."""
+        released = self.do_unlock(held)
+        return released if released is not None else multiple()
+
+    @rule(receipt=spent)
+    def unlock_with_a_spent_receipt(self, receipt: LockRef) -> None:
+        self.do_unlock_spent(receipt)
