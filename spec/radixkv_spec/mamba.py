@@ -124,7 +124,7 @@ class MambaCacheModel:
         *,
         tombstone_leaves: bool = False,
         tombstone_locks: bool = False,
-        state_recency: StateRecency = "path",
+        state_recency: str = "path",  # a StateRecency (CrossHair cannot build a Literal)
     ) -> None:
         """An empty cache storing pages of ``page_size`` tokens.
 
@@ -136,6 +136,7 @@ class MambaCacheModel:
 
         pre: page_size >= 1
         pre: victims not in PLAIN_MODEL_ONLY
+        pre: state_recency in ("path", "own")
         """
         require(page_size >= 1, f"page_size must be >= 1, got {page_size}")
         # The Mamba model ranks by recency only (no hits, births, priorities) and widens no
@@ -146,6 +147,7 @@ class MambaCacheModel:
         self.matching = matching
         self.tombstone_leaves = tombstone_leaves
         self.tombstone_locks = tombstone_locks
+        require(state_recency in ("path", "own"), f"state_recency: {state_recency!r}")
         self.state_recency = state_recency
         self.pages: dict[Namespace, dict[PagePath, tuple[int, ...]]] = {}
         self.states: dict[Position, int] = {}
