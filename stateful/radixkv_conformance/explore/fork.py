@@ -187,7 +187,7 @@ def _copier_of_class(cls: type) -> Copier:
         return _itself
     if not _copies_by_default(cls):
         return _deepcopy
-    slots = _slot_names(cls)
+    slots = slot_names(cls)
     has_dict = any("__dict__" in vars(base) for base in cls.__mro__ if base is not object)
 
     def rebuild(f: _Fork, value: Any) -> Any:
@@ -208,7 +208,7 @@ def _immutable_scalar(cls: type) -> bool:
     hold nothing else (no ``__dict__``, no slots): a packed key, say."""
     scalar = issubclass(cls, (bytes, str, int, float, complex)) and not issubclass(cls, bool)
     has_dict = any("__dict__" in vars(base) for base in cls.__mro__ if base is not object)
-    return scalar and not has_dict and not _slot_names(cls)
+    return scalar and not has_dict and not slot_names(cls)
 
 
 def _copies_by_default(cls: type) -> bool:
@@ -232,7 +232,8 @@ _COPY_HOOKS = frozenset(
 )
 
 
-def _slot_names(cls: type) -> tuple[str, ...]:
+def slot_names(cls: type) -> tuple[str, ...]:
+    """Every slot of ``cls`` and its bases, by the name ``getattr`` finds (mangled)."""
     names: list[str] = []
     for base in cls.__mro__:
         declared = vars(base).get("__slots__", ())

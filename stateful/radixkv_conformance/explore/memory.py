@@ -35,6 +35,8 @@ from collections import deque
 from collections.abc import Callable, Hashable
 from typing import Any
 
+from radixkv_conformance.explore.fork import slot_names
+
 _SCALARS = frozenset({type(None), bool, int, float, complex, bytes, str})
 _CODE = (
     types.FunctionType,
@@ -126,7 +128,7 @@ def _leaf(kind: type, stops: tuple[type, ...]) -> Leaf | None:
         return None
     if callable(getattr(kind, "tolist", None)):  # a tensor, an array
         return lambda value: ("array", _frozen(value.tolist()))
-    if "__dict__" in dir(kind) or _slot_names(kind):
+    if "__dict__" in dir(kind) or slot_names(kind):
         return None
     return lambda value: ("opaque", name, _text(value))
 
@@ -147,7 +149,7 @@ def _entry(kind: type) -> Entry:
         return lambda walk, value: (name, *[walk.ref(v) for v in _ordered(value)])
     if _is_container_type(kind):  # a list, a deque
         return lambda walk, value: (name, *[walk.ref(v) for v in value])
-    slots = _slot_names(kind)
+    slots = slot_names(kind)
 
     def fields(walk: _Walk, value: Any) -> Hashable:
         held = [(k, walk.ref(v)) for k, v in getattr(value, "__dict__", {}).items()]
@@ -165,14 +167,6 @@ def _text(value: Any) -> str:
 def _is_container_type(kind: type) -> bool:
     """A container the walk lists item by item (a dict, a set, a list, a deque ...)."""
     return issubclass(kind, (dict, set, frozenset, list, tuple, deque))
-
-
-def _slot_names(cls: type) -> list[str]:
-    names: list[str] = []
-    for base in cls.__mro__:
-        slots = vars(base).get("__slots__", ())
-        names += [slots] if isinstance(slots, str) else [s for s in slots if s != "__dict__"]
-    return names
 
 
 def _ordered(items: Any) -> list[Any]:
