@@ -40,7 +40,9 @@ CACHE = "src/radixkv/radix_cache.py"
 TREE = "src/radixkv/tree.py"
 HASHING = "src/radixkv/hashing.py"
 ARGS = "src/radixkv/arguments.py"
-KEYS = "src/radixkv/keys.py"
+KEY_READING = "src/radixkv/key_reading.py"
+KEY_VALIDATION = "src/radixkv/key_validation.py"
+KEY_HELPERS = "src/radixkv/key_helpers.py"
 SWA = "src/radixkv/parts/swa.py"
 SWA_MACHINE = "tests/machines/test_swa_machine.py"
 # Two SWA bugs need a locked node under (or over) a tombstone: the thorough machine finds
@@ -61,7 +63,10 @@ TRIE_TESTS = "tests/cache/test_radix_trie.py tests/kit/test_conformance.py"
 # each policy's code has its own cache, so its mutants name theirs. radixkv's allocator and
 # state pool are absent too: the kit's adapters hand the caches the kit's own host instead.
 KIT_BY_PATH: dict[str, tuple[str, ...]] = {
-    **dict.fromkeys((CACHE, TREE, KEYS, ARGS, HASHING, EVENTS), (KIT_RADIX,)),
+    **dict.fromkeys(
+        (CACHE, TREE, KEY_READING, KEY_VALIDATION, KEY_HELPERS, ARGS, HASHING, EVENTS),
+        (KIT_RADIX,),
+    ),
     SWA: (KIT_SWA,),
     **dict.fromkeys((MAMBA, LRU, MAMBA_CACHE), (KIT_MAMBA,)),
     TRIE: (KIT_TRIE,),
@@ -83,7 +88,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "page-truncation-off-by-one",
-        KEYS,
+        KEY_READING,
         "    aligned = n // page_size * page_size\n",
         "    aligned = (n + 1) // page_size * page_size\n",
     ),
@@ -199,19 +204,19 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "negative-token-accepted",
-        KEYS,
+        KEY_VALIDATION,
         "    if lo < 0:\n",
         "    if lo < -(2**40):\n",
     ),
     Mutant(
         "insert-new-part-signs-unchecked",
-        KEYS,
+        KEY_READING,
         "        if type(part) is bytes and not no_negative_ids(part):\n",
         "        if False:\n",
     ),
     Mutant(
         "view-signs-checked-in-first-chunk-only",
-        KEYS,
+        KEY_HELPERS,
         "    for at in range(start, len(view), _CHUNK):\n",
         "    for at in range(start, min(len(view), start + _CHUNK), _CHUNK):\n",
         "tests/keys/test_keys.py",

@@ -1,13 +1,16 @@
 /* Compiled key helpers for radixkv.keys: read a list of Python ints in place.
  *
- * The Python code in keys.py and tokens.py is the reference; these helpers never raise a
- * usage error of their own. Whatever they cannot decide (an item that is not an exact int
- * or bool, an id out of range) they report, and the caller hands the key to the reference
- * path, which raises the documented error. So behaviour and errors are the reference's by
- * construction, and the differential test (tests/test_native_keys.py) checks the rest.
+ * The Python code in key_helpers.py is the reference (keys.py pairs each helper with its
+ * Python counterpart; native.py declares the eight); these helpers never raise a usage
+ * error of their own. Whatever they cannot decide (an item that is not an exact int or
+ * bool, an id out of range) they report, and the caller hands the key to the reference
+ * path (key_encoding.py, key_validation.py), which raises the documented error. So
+ * behaviour and errors are the reference's by construction, and the differential test
+ * (tests/keys/test_native_keys.py) checks the rest.
  *
  * An id is "plain" when the item is an exact int (or a bool: bools are the ints they
- * equal) in [0, 2**63). Stored key data is native int64 bytes (keys.PACKED a token).
+ * equal) in [0, 2**63). Stored key data is native int64 bytes (key_data.PACKED a token),
+ * or native int32 bytes (key_data.COMPACT a token) when every id of a node fits.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -271,7 +274,7 @@ static PyObject *shared32(PyObject *self, PyObject *const *args, Py_ssize_t narg
 }
 
 /* signs_clear(buffer, start) -> bool: no native int64 id from byte ``start`` on is negative
- * (keys.signs_clear, on any buffer: a view of the caller's array is read in place). */
+ * (key_helpers.signs_clear, on any buffer: a view of the caller's array is read in place). */
 static PyObject *signs_clear(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 2) {
         PyErr_SetString(PyExc_TypeError, "signs_clear(buffer, start)");

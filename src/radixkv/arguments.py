@@ -2,7 +2,7 @@
 
 Each returns the argument in the form the cache uses, or raises a usage error naming what
 was wrong, so a cache can check everything before it changes anything. Keys are read by
-keys.py (``read_key``), the one place that reads them.
+key_reading.py (``read_key``), the one place that reads them.
 """
 
 from __future__ import annotations

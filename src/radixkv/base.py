@@ -1,7 +1,7 @@
 """The seed's shared data types: the three result records and BasePrefixCache.
 
-``RadixKey`` lives with the code that reads keys (keys.py) and is re-exported here, where
-the seed names it; ``KVAllocator`` and ``free_indices`` live with the pools
+``RadixKey`` lives in radix_key.py (keys.py is the keys' front door) and is re-exported
+here, where the seed names it; ``KVAllocator`` and ``free_indices`` live with the pools
 (pools/protocols.py) and are re-exported here too.
 """
 

@@ -1,10 +1,12 @@
 """The compiled-helper boundary: radixkv._keys (C) when built and allowed, else nothing.
 
 ``pip install .`` builds ``radixkv._keys`` from ``_keys.c`` with the machine's C compiler
-when it can (setup.py; optional). The pure-Python key path (keys.py, tokens.py) is the
-reference and the fallback: it runs when the extension is missing or ``RADIXKV_PURE=1``,
-and it decides every key the helpers cannot (they never raise a usage error themselves),
-so both builds behave identically, errors included.
+when it can (setup.py; optional). Its eight functions are declared here (``KeyHelpers``).
+The pure-Python key path is the reference and the fallback: key_helpers.py (the per-token
+loops the helpers replace), key_encoding.py and key_validation.py (which decide every key
+the helpers cannot: they never raise a usage error themselves); keys.py's docstring pairs
+each helper with its reference. The pure path runs when the extension is missing or
+``RADIXKV_PURE=1``, so both builds behave identically, errors included.
 """
 
 from __future__ import annotations
@@ -16,7 +18,8 @@ Ids = list[Any] | tuple[Any, ...]  # of Python ints, checked by the helpers
 
 
 class KeyHelpers(Protocol):
-    """What the compiled module provides (types in _keys.pyi; semantics in _keys.c)."""
+    """What the compiled module provides: eight functions (types in _keys.pyi; semantics in
+    _keys.c)."""
 
     def plain_ids(self, seq: Ids, end: int = ..., start: int = ..., /) -> bool:
         """Every item in [start, end) (default: all) is an exact int or bool in [0, 2**63)."""
@@ -51,7 +54,7 @@ try:
 except ImportError:  # not built (no compiler at install time): the pure path
     _compiled = None
 
-helpers: KeyHelpers | None = None  # what keys.py uses now; None means the pure path
+helpers: KeyHelpers | None = None  # what the key modules use now; None: the pure path
 
 
 def available() -> bool:

@@ -7,7 +7,7 @@ heap, and every change of shape (split, add a leaf, delete a leaf), announced th
 public hooks; the module functions below (``edge``, ``descend``, ``split_node``, ...) are
 the mechanics it uses.
 
-Plain typed Python over key data (keys.py: packed bytes, or token tuples); KV indices ride
+Plain typed Python over key data (key_data.py: packed bytes, or token tuples); KV indices ride
 along as tensors that are only sliced here, never read, so no operation synchronises with
 the device.
 """
@@ -42,7 +42,7 @@ ChildKey = tuple[str | None, KeyData]
 class TreeNode:
     """A node of the radix tree: a run of tokens and the KV index of each.
 
-    ``data`` holds the tokens in the tree's key form (keys.py) and ``length`` counts them;
+    ``data`` holds the tokens in the tree's key form (key_data.py) and ``length`` counts them;
     ``key`` rebuilds the seed's RadixKey from them, or is ``None`` for a node built without
     a key (``TreeNode()``, the seed's default: it holds no tokens). ``value`` is ``None``
     once the node was evicted. ``lock_ref`` counts the lock handles
@@ -248,7 +248,7 @@ class Descent(Generic[N]):
 
 
 def holds_packed(root: TreeNode) -> bool:
-    """Whether the tree under ``root`` holds packed key data (keys.py), not token tuples."""
+    """Whether the tree under ``root`` holds packed key data (key_data.py), not token tuples."""
     return type(root.data) is bytes
 
 
@@ -256,7 +256,7 @@ def descend(root: N, key: KeyRead, page_size: int) -> Descent[N]:
     """Follow ``key`` down from ``root`` as far as whole pages match; never splits.
 
     The first key holding a bigram (tuple) token turns the tree's packed keys into tuples
-    first (one form per tree, keys.py).
+    first (one form per tree, key_data.py).
     """
     if not key.packed and holds_packed(root):
         recode_tree(root, page_size)
@@ -348,7 +348,7 @@ class Tree(Generic[N]):
         *,
         packed: bool = True,
     ) -> None:
-        """``packed=False`` starts the tree in the token-tuple form (keys.py) for good: a
+        """``packed=False`` starts the tree in the token-tuple form (key_data.py) for good: a
         tree whose tokens are any hashable values (RadixTrie) never holds packed ids."""
         self.node_class = node_class
         self._empty_key: KeyData = b"" if packed else ()
@@ -398,7 +398,7 @@ class Tree(Generic[N]):
 
     @property
     def packed(self) -> bool:
-        """Whether the tree holds packed key data (keys.py), not token tuples."""
+        """Whether the tree holds packed key data (key_data.py), not token tuples."""
         return holds_packed(self.root)
 
     def descend(self, key: KeyRead, start: N | None = None) -> Descent[N]:
