@@ -135,7 +135,7 @@ class Probe:
 class Coverage:
     """Each declared situation with how often the check reached it."""
 
-    declared: tuple[Situation, ...]
+    declared: tuple[Situation, ...] = ()
     counts: Counter[str] = field(default_factory=Counter)
     accepted: frozenset[str] = frozenset()  # --uncovered-ok: left unreached knowingly
 
