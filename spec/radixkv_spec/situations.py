@@ -373,9 +373,9 @@ SITUATIONS: tuple[Situation, ...] = (
         _insert_evicts,
         allocation="cache",
     ),
-    Situation(
+    Situation(  # declared without ``capacity`` too: a pool that is never refused fails it
         "alloc-refused",
-        "capacity",
+        None,
         "an insert with a cached prefix is refused for lack of room in the cache's pool",
         _alloc_refused,
         allocation="cache",

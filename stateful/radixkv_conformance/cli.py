@@ -121,6 +121,7 @@ def _command(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     try:
         args.option = _options(args.option)
         args.uncovered_ok = sorted(check_names(args.uncovered_ok))
+        args.known, args.known_traces = _known(args.known)
         if args.database is not None:  # refused before any cache is built, if it must be
             from radixkv_conformance.fuzz import open_database
 
@@ -133,6 +134,25 @@ def _command(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         return _check(targets, profile_name, args)
     except KeyError as error:  # a LookupError, but its str() is the key's repr
         raise LookupError(f"unknown {error.args[0]!r}") from error
+
+
+def _known(values: Sequence[str]) -> tuple[list[str], list[tuple[str, dict[str, Any]]]]:
+    """``--known`` values: finding ids, and traces (a ``.json`` path) acknowledged by cause
+    (``causes.py``); a trace's id is also acknowledged, where a mode judges by id only (the
+    exhaustive and state explorations, a replay)."""
+    from radixkv_conformance.trace import load as load_trace
+
+    ids, traces = [], []
+    for value in values:
+        if not value.endswith(".json"):
+            ids.append(value)
+            continue
+        document = load_trace(value)  # a missing or broken file: a usage error
+        fid = document.get("failure", {}).get("finding")
+        if not isinstance(fid, str):
+            raise ValueError(f"--known {value}: a trace with no finding id (FORMAT.md 'failure')")
+        traces.append((Path(value).name, document))
+    return ids, traces
 
 
 def _hypothesis_home_outside_the_folder() -> None:
@@ -175,8 +195,9 @@ def _parser() -> argparse.ArgumentParser:
         "--known",
         action="append",
         default=[],
-        metavar="ID",
-        help="acknowledge a finding (e.g. INV-14:unmatched-unlock): record hits, go on past it",
+        metavar="ID|TRACE.json",
+        help="acknowledge a finding (e.g. INV-14:unmatched-unlock): record hits, go on past "
+        "it; a trace acknowledges its cause only: another cause of the same id is reported",
     )
     check.add_argument(
         "--option",
@@ -377,6 +398,7 @@ def _check_one(label: str, target: str, profile_name: str | None, args: Any) -> 
             name=label,
             max_failures=args.max_failures,
             known=args.known,
+            known_traces=args.known_traces,
             progress=progress.update,
             budget=args.budget,
             uncovered_ok=args.uncovered_ok,
@@ -432,11 +454,12 @@ def _explore(target: str | None, profile_name: str | None, args: Any) -> int:
     """``--exhaustive N`` or ``--states BOUNDS``: radixkv's caches, or the one named."""
     from radixkv_conformance.explore import sequences, states
 
-    explored = sequences.own_targets(args.known)
+    known = [*args.known, *(d["failure"]["finding"] for _, d in args.known_traces)]
+    explored = sequences.own_targets(known)
     if target is not None:
         factory, declared = load(target, args.option)
         profile = _profile(profile_name, declared)
-        explored = [sequences.target(target, factory, profile, args.known)]
+        explored = [sequences.target(target, factory, profile, known)]
     if args.exhaustive is not None:
         return sequences.command(explored, args.exhaustive, args.traces, args.jobs)
     budget = args.budget if args.budget is not None else BUDGET
@@ -450,7 +473,8 @@ def _replay(path: Path, target: str | None, profile_name: str | None, args: Any)
     from radixkv_conformance.replay import replay
     from radixkv_conformance.trace import load as load_trace
 
-    known, out = args.known, args.minimize
+    known = [*args.known, *(d["failure"]["finding"] for _, d in args.known_traces)]
+    out = args.minimize
     document = load_trace(path)
     target = target or REPLAY_DEFAULT[document.get("mode", "plain")]
     factory, declared = load(target, args.option)

@@ -37,6 +37,7 @@ from hypothesis.errors import Unsatisfiable
 from hypothesis.reporting import with_reporter
 from hypothesis.stateful import get_state_machine_test
 
+from radixkv_conformance.causes import Causes
 from radixkv_conformance.coverage import Coverage
 from radixkv_conformance.explore.driver import draws_independent_of_loaded_modules
 from radixkv_conformance.explore.sequences import ShortestFinding
@@ -46,7 +47,12 @@ from radixkv_conformance.fuzz import machine_name
 from radixkv_conformance.machines import ConformanceMachine
 from radixkv_conformance.minimize import minimize
 from radixkv_conformance.profile import RADIXKV, Profile, describe
-from radixkv_conformance.protocol import CAPABILITIES, AdapterFactory, require_capabilities
+from radixkv_conformance.protocol import (
+    CAPABILITIES,
+    AdapterError,
+    AdapterFactory,
+    require_capabilities,
+)
 from radixkv_conformance.registry import machine_for, probe_adapter
 
 NOT_RULES = (
@@ -108,7 +114,7 @@ class ConformanceReport:
     seconds: float = 0.0
     stats: Counter[str] = field(default_factory=Counter)
     failures: list[Failure] = field(default_factory=list)
-    coverage: Coverage = field(default_factory=lambda: Coverage(()))
+    coverage: Coverage = field(default_factory=Coverage)
     searches: int = 0  # Hypothesis searches run: the first draw, then one per seed
     budget_spent: bool = False  # the search stopped at its time budget
     explored: list[StatesReport] = field(default_factory=list)  # its breadth-first stages
@@ -177,6 +183,12 @@ class ConformanceReport:
         lines += self.coverage.lines()
         if self.coverage.missing:
             lines.append(f"    never reached: {', '.join(self.coverage.missing)}")
+        if "alloc-refused" in self.coverage.missing and "capacity" not in self.capabilities:
+            lines.append(
+                "    refusals were not checked: a cache that allocates (allocation='cache') "
+                "and declares no 'capacity' is never refused; declare it and raise NoRoom "
+                "(docs/adapters.md), or accept it with --uncovered-ok alloc-refused"
+            )
         for reason, n in self.skips.items():
             lines.append(f"    skipped: {reason}" + (f" ({n}x)" if n else ""))
         for fid, n in self.acknowledged.items():
@@ -210,6 +222,7 @@ def run_conformance(
     on_stage: Callable[[str], None] | None = None,
     jobs: int = 1,
     database: ExampleDatabase | None = None,
+    known_traces: Iterable[tuple[str, dict[str, Any]]] = (),
 ) -> ConformanceReport:
     """Model-check the cache ``factory`` builds against the spec, under ``profile``.
 
@@ -223,6 +236,10 @@ def run_conformance(
     search). ``jobs`` worker processes share the exploration (``explore/workers.py``).
     ``database`` is a Hypothesis example database a fuzz run filled (``fuzz.py``): the
     examples stored there for this cache are replayed first, each failure a finding.
+    ``known_traces`` acknowledge findings by cause, (name, trace document) each: the run goes
+    on past their ids, and a run that hits one of those ids by another cause (its trace cut
+    to what it needs is not an acknowledged one, up to renaming: ``causes.py``) is a
+    finding, "same symptom, another cause".
 
     The first search draws as the settings say (``seed``: from that seed instead). Until
     ``budget`` seconds are spent the search goes on with the next seed, every declared
@@ -243,15 +260,17 @@ def run_conformance(
     adapter = probe_adapter(factory, profile)
     capabilities = require_capabilities(adapter)
     notes = str(getattr(adapter, "notes", "") or "")
-    report = ConformanceReport(name, profile, capabilities, notes, tuple(sorted(known)))
-    acknowledged = set(known)
+    causes = Causes()
+    by_cause = {causes.acknowledge(document, label) for label, document in known_traces}
+    acknowledged = set(known) | by_cause
+    report = ConformanceReport(name, profile, capabilities, notes, tuple(sorted(acknowledged)))
     started = time.perf_counter()
 
     def over_budget() -> bool:
         return budget is not None and time.perf_counter() - started >= budget
 
     def machine(kind: str) -> type[ConformanceMachine]:
-        return machine_for(
+        made = machine_for(
             machine_name(name, kind),
             factory,
             profile,
@@ -259,6 +278,18 @@ def run_conformance(
             known=frozenset(acknowledged),
             progress=progress,
         )
+        made.session.causes = causes if by_cause else None
+        return made
+
+    def report_other_causes() -> None:
+        """Runs that hit an id acknowledged by its trace, by another cause: findings."""
+        for trace in causes.others(factory, profile, acknowledged):
+            said = trace["failure"]
+            fid = said["finding"]
+            message = f"same symptom as {causes.names[fid]}, another cause: {said['message']}"
+            report.failures.append(Failure(fid, said["check"], message, trace))
+            if on_failure is not None:
+                on_failure(report.failures[-1])
 
     stage = on_stage or (lambda _: None)
     situations = machine("Machine").session.situations
@@ -280,6 +311,7 @@ def run_conformance(
             explored, explore, seconds, report, progress, on_failure, max_failures, stage, jobs
         )
         acknowledged.update(failure.finding for failure in report.failures)
+        report_other_causes()
     draw, examples = seed, None
     pairs: Counter[str] = Counter()
     while len(report.failures) < max_failures and not (report.searches and over_budget()):
@@ -294,6 +326,7 @@ def run_conformance(
         seconds_per_run = (time.perf_counter() - search_started) / runs
         report.searches += 1
         report.stats += searched.session.stats
+        report_other_causes()
         new = [f for f in findings if f.finding_id not in acknowledged]
         if new:  # minimize them, then search on past them with the same draw
             if progress is not None:  # a search with findings runs longer: say why
@@ -434,6 +467,9 @@ def _search(
         return []
     except BaseException as error:  # sorted below: findings, or re-raised
         leaves = flatten(error)
+        misuse = [leaf for leaf in leaves if isinstance(leaf, AdapterError)]
+        if misuse:  # the adapter's, not the cache's: a usage error, not a finding
+            raise misuse[0] from None
         findings = [leaf for leaf in leaves if isinstance(leaf, Finding)]
         if not findings:
             raise

@@ -34,9 +34,9 @@ from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, NoReturn
+from typing import TYPE_CHECKING, Any, ClassVar, NoReturn
 
-from hypothesis import currently_in_test_context, note, reject, target
+from hypothesis import note, target
 from hypothesis import strategies as st
 from hypothesis.errors import HypothesisException, UnsatisfiedAssumption
 from hypothesis.stateful import (
@@ -74,6 +74,7 @@ from radixkv_conformance.findings import (
 from radixkv_conformance.profile import RADIXKV, Profile
 from radixkv_conformance.protocol import (
     CAPABILITIES,
+    AdapterError,
     AdapterFactory,
     Evicted,
     Indices,
@@ -94,6 +95,9 @@ from radixkv_conformance.strategies import (
 )
 from radixkv_conformance.trace import Step as Step  # the rule sets take it from here
 from radixkv_conformance.trace import trace_document
+
+if TYPE_CHECKING:
+    from radixkv_conformance.causes import Causes
 
 Key = tuple[int, ...]
 Keywords = dict[str, Any]  # a call's keywords beyond the key and its indices
@@ -166,6 +170,7 @@ class Session:
     coverage: Counter[str] = field(default_factory=Counter)
     pairs: Counter[str] = field(default_factory=Counter)  # consecutive operations, "op>op"
     steer: bool = False  # favour runs that reach rare situations (searches after the first)
+    causes: Causes | None = None  # findings acknowledged by their trace (causes.py)
 
 
 class IllegalStep(Exception):
@@ -173,13 +178,28 @@ class IllegalStep(Exception):
     by a minimizer that deleted what made it legal): not a finding of the cache."""
 
 
+class RunEnded(UnsatisfiedAssumption):
+    """The kit ends this run as one that proves nothing (``end_run``). Hypothesis drops it
+    as it drops a ``reject()``; the kit tells the two apart: an adapter that rejects a run
+    itself has it dropped uncounted, which is a usage error (``adapter_rejected``)."""
+
+
 def end_run() -> NoReturn:
     """End this run as one that proves nothing (a known finding it cannot go past): inside
-    a search, Hypothesis' ``reject()``; in a trace replay or a minimization, which run
-    outside any test, the exception ``reject()`` raises, without calling it there."""
-    if currently_in_test_context():
-        reject()
-    raise UnsatisfiedAssumption
+    a search Hypothesis drops it, as a ``reject()``; a trace replay or a minimization stops
+    there, as passed up to this step."""
+    raise RunEnded("the kit ended this run")
+
+
+def adapter_rejected(error: UnsatisfiedAssumption) -> AdapterError:
+    """An adapter ended a run with ``hypothesis.reject()`` (or ``assume``): Hypothesis would
+    drop it silently, uncounted, and a pass would claim what those runs never showed."""
+    return AdapterError(
+        "the adapter ended a run with hypothesis.reject() or assume(): raise "
+        "radixkv_conformance.NotAdmitted where the engine's scheduler would not take the "
+        "step (the run ends there and is counted), or NoRoom where a pool that declares "
+        f"'capacity' cannot hold an insert (judged by INV-15) ({error!r})"
+    )
 
 
 class KitHost:
@@ -335,9 +355,14 @@ class ConformanceMachine(RuleBasedStateMachine):
         outer, self.check = self.check, check
         try:
             yield
+        except UnsatisfiedAssumption as error:
+            if not isinstance(error, RunEnded):
+                raise adapter_rejected(error) from error
+            raise
         except (Finding, HypothesisException, IllegalStep):
             raise
         except NotAdmitted:
+            self.session.stats["runs ended by the adapter: NotAdmitted"] += 1
             end_run()  # the engine would not take this step: nothing past it is judged
         except Exception as error:  # a violation, or the cache crashed: both are findings
             self.found(self.check, error)  # a check may name its sub-rule
@@ -397,7 +422,16 @@ class ConformanceMachine(RuleBasedStateMachine):
 
     def acknowledge(self, fid: str) -> None:
         self.session.stats[f"acknowledged: {fid}"] += 1
+        first = all(known != fid for _, known in self.acknowledged)
         self.acknowledged.append((len(self.trace) - 1, fid))
+        causes = self.session.causes
+        if causes is not None and first and causes.wants(fid, len(self.trace)):
+            # a run to this hit, kept to tell whether its cause is the acknowledged one
+            others = self.session.known - {fid}
+            past = [(self.trace[at]["id"], known) for at, known in self.acknowledged[:-1]]
+            check = self.check or "step"
+            document = trace_document(self.run_header(), self.trace, others, check, "", fid, past)
+            causes.note(fid, document)
 
     def found(self, check: str, error: BaseException) -> None:
         fid = finding_id(check, error)

@@ -42,6 +42,7 @@ from radixkv_spec.tokens import Namespace
 Duplicates = Literal["caller", "cache", "kept"]
 ResetWhileHeld = Literal["resets", "refused"]
 Allocation = Literal["caller", "cache"]
+UnalignedTail = Literal["caller", "block"]
 EvictionReport = Literal["per-node", "flat"]
 LockModel = Literal["counts", "sets"]
 SwaLockTokens = Literal["exact", "optional"]
@@ -138,6 +139,13 @@ class Profile:
             in; ``"cache"`` (vLLM): ``insert`` gets no indices, picks its own for the new
             pages and reports the key's in ``Inserted.indices``, and may evict to make room
             (each such free is checked as an eviction victim, the key's cached prefix held).
+        unaligned_tail: for a cache that allocates its own pages from a fixed pool
+            (``allocation="cache"``, capability ``capacity``), who holds the KV of an
+            insert's unaligned tail (the tokens past its last full page) while the insert
+            runs: ``"caller"`` (radixkv, sglang: the cache never sees it) or ``"block"``
+            (vLLM: the request's last, partial block comes from the pool too, so 17 tokens
+            at page size 2 need 9 blocks; never cached, it is free again after the insert).
+            INV-15's room counts it.
         reset_while_held: ``"resets"`` (reset drops everything, held pages included) or
             ``"refused"`` (vLLM: a reset while any page is locked is a usage error that
             changes nothing; with nothing held it resets).
@@ -179,6 +187,7 @@ class Profile:
     event_layout: Layout = "sglang"
     page_hashes: HashPolicy = "radixkv"
     allocation: Allocation = "caller"
+    unaligned_tail: UnalignedTail = "caller"
     reset_while_held: ResetWhileHeld = "resets"
     eviction_report: EvictionReport = "per-node"
     namespaces: tuple[Namespace, ...] = (None, "", "a")
@@ -220,6 +229,13 @@ class Profile:
             raise ValueError(f"event_layout must be sglang or vllm: {self.event_layout!r}")
         if self.allocation not in ("caller", "cache"):
             raise ValueError(f"allocation must be caller or cache: {self.allocation!r}")
+        if self.unaligned_tail not in ("caller", "block"):
+            raise ValueError(f"unaligned_tail must be caller or block: {self.unaligned_tail!r}")
+        if self.unaligned_tail == "block" and self.allocation != "cache":
+            raise ValueError(
+                "unaligned_tail='block' is for a cache that allocates (allocation='cache'); "
+                f"allocation is {self.allocation!r}"
+            )
         if self.reset_while_held not in ("resets", "refused"):
             raise ValueError(
                 f"reset_while_held must be resets or refused: {self.reset_while_held!r}"
@@ -330,6 +346,7 @@ NEEDS = {  # a policy that only matters to an adapter with this capability
     "event_hashes": "events",
     "event_layout": "events",
     "page_hashes": "hashing",
+    "unaligned_tail": "capacity",
     "namespaces": "namespaces",
     "reset_frees": "reset",
     "reset_while_held": "reset",
@@ -358,6 +375,7 @@ def describe(profile: Profile, capabilities: frozenset[str] | None = None) -> li
         "event_layout": profile.event_layout,
         "page_hashes": profile.page_hashes,
         "allocation": profile.allocation,
+        "unaligned_tail": profile.unaligned_tail,
         "reset_while_held": profile.reset_while_held,
         "eviction_report": profile.eviction_report,
         "namespaces": ",".join(map(repr, profile.namespaces)),

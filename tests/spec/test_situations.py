@@ -133,7 +133,9 @@ def test_an_allocation_that_evicts_and_one_refused_for_room() -> None:
 def test_allocation_situations_are_declared_for_a_cache_that_allocates() -> None:
     pool = {s.name for s in declared({"capacity"}, allocation="cache")}
     assert {"insert-evicts-for-room", "alloc-refused"} <= pool
+    # a pool without a declared capacity is never refused: the situation stays unreached
+    # and the run is incomplete (exit 3) unless the user accepts it (--uncovered-ok)
     unbounded = {s.name for s in declared((), allocation="cache")}
-    assert "insert-evicts-for-room" in unbounded and "alloc-refused" not in unbounded
+    assert {"insert-evicts-for-room", "alloc-refused"} <= unbounded
     caller = {s.name for s in declared({"capacity"})}  # the caller allocates
     assert not {"insert-evicts-for-room", "alloc-refused"} & caller

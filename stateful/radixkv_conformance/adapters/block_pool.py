@@ -22,6 +22,13 @@ Options (``--option KEY=VALUE``): ``blocks`` (the pool's size, default 4: small 
 a short run fills it, refuses and evicts to make room), ``bugs``. Without bugs it conforms to
 ``PROFILE``; each bug alone is found, and every pair is reported apart
 (``tests/kit/test_no_false_pass.py``, ``tests/kit/test_block_pool.py``).
+
+``vllm_tail`` is the same pool as vLLM builds it: a request also takes a block for its
+prompt's unaligned tail (17 tokens at page size 2 need 9 blocks), never cached and free
+again when the request finishes; its profile says so (``unaligned_tail="block"``), and
+INV-15 counts that block. Two more bugs belong to it (``TAIL_BUGS``)::
+
+    radixkv check radixkv_conformance.adapters.block_pool:vllm_tail --option bugs=tail_kept
 """
 
 from __future__ import annotations
@@ -61,6 +68,20 @@ BUGS = {
     "blocks or more (one-block prompts of two namespaces share a block)",
     "refused_ref": "an allocation refused for lack of blocks keeps the references it took on "
     "the prompt's cached blocks",
+}
+
+TAIL_BUGS = {
+    "tail_kept": "a finished request's partial tail block is never given back (the pool "
+    "shrinks by a block per unaligned prompt)",
+    "tail_uncounted": "the admission check counts the prompt's full blocks only: a prompt "
+    "whose tail block the pool cannot hold is admitted, and its allocation fails half way",
+}
+PROFILES = {
+    "vllm_tail": PROFILE.but(
+        name="block-pool-vllm-tail",
+        unaligned_tail="block",
+        notes=f"{PROFILE.notes} A request's unaligned tail takes a block of its own.",
+    )
 }
 
 BlockHash = bytes
@@ -215,26 +236,32 @@ class KVCacheManager:
             hit.append(block)
         return hit
 
-    def allocate(self, request_id: str, hashes: list[BlockHash]) -> list[Block] | None:
-        """Hold the prompt's cached blocks and allocate the rest, caching them; ``None``
-        when the pool cannot hold the prompt now (the scheduler tries again later)."""
+    def allocate(
+        self, request_id: str, hashes: list[BlockHash], tail: bool = False
+    ) -> list[Block] | None:
+        """Hold the prompt's cached blocks and allocate the rest, caching the full ones (and
+        one more for an unaligned ``tail``, cached by nobody); ``None`` when the pool cannot
+        hold the prompt now (the scheduler tries again later)."""
         hit = self.find_longest_cache_hit(hashes)
         if "refused_ref" in self.bugs:
             self.pool.touch(hit)  # held before the pool is asked, and kept when it says no
-        need = len(hashes) - len(hit)
+        need = len(hashes) - len(hit) + tail
         waiting = sum(1 for block in hit if block.ref_cnt == 0)  # they leave the free queue
-        if need + waiting > self.pool.num_free_blocks():
+        counted = need - tail if "tail_uncounted" in self.bugs else need
+        if counted + waiting > self.pool.num_free_blocks():
             return None
         if "refused_ref" not in self.bugs:
             self.pool.touch(hit)
         blocks = hit + self.pool.get_new_blocks(need)
-        self.pool.cache_full_blocks(blocks[len(hit) :], hashes[len(hit) :])
+        self.pool.cache_full_blocks(blocks[len(hit) : len(hashes)], hashes[len(hit) :])
         self.req_to_blocks[request_id] = blocks
         return blocks
 
     def free(self, request_id: str) -> None:
         """A request is over: its blocks go back, the last block first (evicted first)."""
         blocks = self.req_to_blocks.pop(request_id)
+        if "tail_kept" in self.bugs and blocks and blocks[-1].block_hash is None:
+            blocks = blocks[:-1]  # the partial block is left out of the release
         ordered = blocks if "head_first" in self.bugs else list(reversed(blocks))
         self.pool.free_blocks(ordered)
 
@@ -245,8 +272,11 @@ class BlockPoolAdapter:
     capabilities = frozenset({"namespaces", "reset", "hashing", "unlock_checks", "capacity"})
     usage_errors: tuple[type[BaseException], ...] = (ValueError,)
 
-    def __init__(self, page_size: int, host: Host, blocks: int, bugs: frozenset[str]) -> None:
+    def __init__(
+        self, page_size: int, host: Host, blocks: int, bugs: frozenset[str], tail: bool = False
+    ) -> None:
         self.page_size = page_size
+        self.tail = tail  # a request's unaligned tail takes a block (vLLM)
         self.capacity = blocks
         self.host = host
         self.pool = BlockPool(blocks, self._evicted, bugs)
@@ -276,14 +306,17 @@ class BlockPoolAdapter:
         hashes = self.manager.hash_blocks(key, namespace)
         cached = len(self.manager.find_longest_cache_hit(hashes))
         request = f"r{next(self.ids)}"
-        blocks = self.manager.allocate(request, hashes)
+        tail = self.tail and len(key) < len(tokens)
+        blocks = self.manager.allocate(request, hashes, tail)
         if blocks is None:
             free = self.pool.num_free_blocks()
-            raise NoRoom(f"{len(hashes) - cached} blocks needed, {free} in the free queue")
-        for n in range(cached, len(blocks)):
+            need = len(hashes) - cached + tail
+            raise NoRoom(f"{need} blocks needed, {free} in the free queue")
+        for n in range(cached, len(hashes)):
             self.places[hashes[n]] = (namespace, key[: (n + 1) * self.page_size])
         self.manager.free(request)
-        return Inserted(cached * self.page_size, (namespace, key), indices=self._indices(blocks))
+        full = blocks[: len(hashes)]
+        return Inserted(cached * self.page_size, (namespace, key), indices=self._indices(full))
 
     def lock(self, handle: Place) -> str:
         """A request running on the handle's cached path: it holds the path's blocks."""
@@ -348,10 +381,24 @@ class BlockPoolAdapter:
 def factory(page_size: int, host: Host, blocks: str | int = 4, bugs: str = "") -> BlockPoolAdapter:
     """A pool of ``blocks`` blocks with the bugs named in ``bugs`` (comma-separated names of
     ``BUGS``)."""
+    return _pool(page_size, host, blocks, bugs, BUGS, tail=False)
+
+
+def vllm_tail(
+    page_size: int, host: Host, blocks: str | int = 4, bugs: str = ""
+) -> BlockPoolAdapter:
+    """The pool as vLLM allocates: a block for each prompt's unaligned tail too (profile
+    ``PROFILES["vllm_tail"]``), with the bugs in ``bugs`` (``BUGS`` and ``TAIL_BUGS``)."""
+    return _pool(page_size, host, blocks, bugs, {**BUGS, **TAIL_BUGS}, tail=True)
+
+
+def _pool(
+    page_size: int, host: Host, blocks: str | int, bugs: str, known: dict[str, str], tail: bool
+) -> BlockPoolAdapter:
     planted = frozenset(b for b in bugs.split(",") if b)
-    unknown = planted - set(BUGS)
+    unknown = planted - set(known)
     if unknown:
-        raise ValueError(f"unknown bugs {sorted(unknown)}; known: {sorted(BUGS)}")
+        raise ValueError(f"unknown bugs {sorted(unknown)}; known: {sorted(known)}")
     if int(blocks) < 1:
         raise ValueError(f"blocks must be at least 1, got {blocks}")
-    return BlockPoolAdapter(page_size, host, int(blocks), planted)
+    return BlockPoolAdapter(page_size, host, int(blocks), planted, tail)

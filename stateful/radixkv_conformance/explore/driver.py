@@ -20,6 +20,7 @@ from hypothesis.internal.constants_ast import Constants
 from hypothesis.stateful import Bundle, MultipleResults, RuleBasedStateMachine
 
 from radixkv_conformance.explore.fork import fork
+from radixkv_conformance.protocol import AdapterError
 
 if TYPE_CHECKING:
     from radixkv_conformance.explore.alphabet import Alphabet
@@ -238,7 +239,7 @@ class Driver:
             added = list(result.values) if isinstance(result, MultipleResults) else [result]
             for target in rule.targets:  # multiple() with no values adds nothing
                 state.bundles.setdefault(getattr(target, "name", target), []).extend(added)
-        except AlphabetError:
+        except (AlphabetError, AdapterError):  # the kit's alphabet, an adapter's misuse
             raise
         except Exception as failed:  # a finding, or an acknowledged one (UnsatisfiedAssumption)
             error = failed

@@ -55,6 +55,7 @@ from radixkv_conformance.explore.driver import (
     State,
     quiet_build_context,
 )
+from radixkv_conformance.protocol import AdapterError
 from radixkv_conformance.trace import slug
 
 
@@ -230,7 +231,7 @@ class Explorer:
     def _check(self, state: State) -> Exception | None:
         try:
             self.driver.check(state)
-        except AlphabetError:
+        except (AlphabetError, AdapterError):
             raise
         except Exception as failed:  # a broken invariant: a finding (or a known one)
             return failed

@@ -62,7 +62,7 @@ class PlainRules(ConformanceMachine):
             p = self.page_size
             key = tokens[: page_align(len(tokens), p)]
             prefix = key[: cached_len(self.model.table(namespace), key, p)]
-            needed, room = self.room_for(namespace, key)
+            needed, room = self.room_for(namespace, tokens)
             if room is not None and needed > room:
                 step["expect"] = {"rejected": True}  # the spec's verdict: no room
             before = self.sut.snapshot() if room is not None else None
@@ -103,13 +103,16 @@ class PlainRules(ConformanceMachine):
             self.count("insert")
             return self.ref(got.handle, namespace, key)
 
-    def room_for(self, namespace: Namespace, key: tuple[int, ...]) -> tuple[int, int | None]:
-        """The pages an insert of ``key`` needs and those the spec finds for it in the
-        cache's pool (``None``: a pool without a declared capacity never runs out)."""
+    def room_for(self, namespace: Namespace, tokens: tuple[int, ...]) -> tuple[int, int | None]:
+        """The pages an insert of ``tokens`` needs and those the spec finds for it in the
+        cache's pool (``None``: a pool without a declared capacity never runs out). Under
+        ``unaligned_tail="block"`` the tokens past the last full page take a block of
+        their own while the insert runs."""
         if not self.has("capacity"):
             return 0, None
-        needed, room = self.model.room(namespace, key, int(self.sut.capacity))
-        return needed, room
+        needed, room = self.model.room(namespace, tokens, int(self.sut.capacity))
+        tail = self.profile.unaligned_tail == "block" and len(tokens) % self.page_size > 0
+        return needed + tail, room
 
     def check_refusal(
         self, step: Step, needed: int, room: int | None, before: Any, seen: int
