@@ -815,6 +815,27 @@ class ConformanceMachine(RuleBasedStateMachine):
             self.count("unlock")
             return held
 
+    def do_lock_again(self, held: LockRef) -> None:
+        """The sequence that holds ``held`` locks its node again with its receipt (capability
+        ``relock``): per-sequence locks are idempotent, so nothing changes, and the one
+        unlock that follows frees the path (a cache that counts the second mark keeps the
+        path held for good: its KV is never evictable again)."""
+        ref = held.node
+        if held.refused or not ref.prefix or self.is_stale(ref):
+            return  # no sequence holds it: a lock like any other, drawn by the lock rule
+        step = self.log("lock", node=ref.step, again=held.step)
+        self.note_handle(ref)
+        with self.checking("lock again by its sequence"):
+            before = self.sut.snapshot()
+            self.sut.lock(ref.handle, receipt=held.token)
+            self.require(
+                self.sut.snapshot() == before,
+                "INV-14: a second lock by the sequence that holds the path changed the cache",
+                "lock-again",
+            )
+            self.count("lock again by its sequence")
+        step["expect"] = {"unchanged": True}
+
     def do_unlock_spent(self, receipt: LockRef) -> None:
         """A finished request's receipt handed back again (a retry, a stale reference): the
         sequence holds nothing now, so the unlock is rejected, whoever else holds the node,

@@ -127,6 +127,8 @@ CAPABILITIES: dict[str, str] = {
     "reset": "reset() drops everything (whether it frees is the profile's reset policy)",
     "bad_input": "rejects bad tokens, bad extra_keys, short values and negative counts",
     "unlock_checks": "rejects an unlock no lock matches",
+    "relock": "a sequence locks a path it holds again with its receipt: lock(handle, "
+    "receipt=...) changes nothing (per-sequence locks are idempotent)",
     "stale_handles": "rejects a lock or unlock on an evicted node",
     "on_node_evict": "reports every deleted node exactly once: evicted_node_ids()",
     "swa": "sliding-window attention: tombstones, SWA eviction, SWA lock tokens",
@@ -387,6 +389,7 @@ CAPABILITY_PROTOCOLS: dict[str, tuple[type[Any], dict[str, tuple[str, ...]]]] = 
     "caller_buffers": (CallerBuffersAdapter, {}),
     "capacity": (CapacityAdapter, {}),
     "priority": (PrefixCacheAdapter, {"insert": ("priority",)}),
+    "relock": (PrefixCacheAdapter, {"lock": ("receipt",)}),
     "swa": (
         SwaAdapter,
         {"insert": ("prev_prefix_len", "swa_evicted_seqlen"), "evict": ("swa_num_tokens",)},

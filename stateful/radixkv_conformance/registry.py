@@ -155,10 +155,16 @@ def machine_for(
             "capability 'capacity' is a pool the cache allocates from: profile "
             f"{profile.name!r} has the caller allocate (allocation={profile.allocation!r})"
         )
+    receipts = "unlock_checks" in claims and profile.lock_model == "sets"
+    if "relock" in claims and not receipts:
+        raise AdapterError(
+            "capability 'relock' is a per-sequence lock taken again: it needs "
+            f"lock_model='sets' and 'unlock_checks' (profile {profile.name!r} has "
+            f"lock_model={profile.lock_model!r})"
+        )
     watched = tuple(declared(claims, profile.stores, profile.allocation))
     session = Session(
         factory, profile, claims, known, progress=progress, name=name, situations=watched
     )
-    receipts = "unlock_checks" in claims and profile.lock_model == "sets"
     bases = (ReceiptRules, rules) if receipts else (rules,)
     return type(name, bases, {"session": session})

@@ -104,6 +104,8 @@ def _run_step(
     elif op == "insert":
         tokens, ns, indices = tuple(step["tokens"]), step["namespace"], tuple(step["indices"])
         nodes[sid] = m.do_insert(tokens, ns, indices, **keywords)
+    elif op == "lock" and "again" in step:
+        m.do_lock_again(locks[step["again"]])
     elif op == "lock":
         locks[sid] = m.do_lock(nodes[step["node"]])
     elif op == "unlock":

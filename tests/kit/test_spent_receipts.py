@@ -60,3 +60,42 @@ def test_a_receipt_checked_by_slot_only_is_found() -> None:
 
 def test_radixkv_trie_rejects_every_spent_receipt() -> None:
     assert _findings(max_trie.factory) == []
+
+
+# ---- a second lock by the sequence that holds the path (capability relock) ----------------
+
+
+class CountingTrie(radixkv.RadixTrie):
+    """Marks a path again for a sequence that holds it already: its one release leaves the
+    path held for good (the idempotence guard of ``mark_in_use_by`` removed)."""
+
+    def mark_in_use_by(self, node: Any, seq_id: Hashable) -> None:
+        for n in radixkv.tree.path_to_root(self.tree.require_live(node)):
+            n.active_seqs.add(seq_id)
+            self.tree.protect(n)
+
+
+def counting(page_size: int, host: Host) -> max_trie.RadixTrieAdapter:
+    adapter = max_trie.factory(page_size, host)
+    adapter.trie.__class__ = CountingTrie
+    return adapter
+
+
+# insert, lock (A), lock again by A, unlock (A): the path must be free again
+RELOCK = parse_bounds("tokens=1,length=1,namespaces=1,depth=4,floor=4")
+
+
+def test_a_second_mark_that_counts_is_found() -> None:
+    report = run_conformance(
+        counting, profile=max_trie.PROFILE, settings=QUICK, name="counting", explore=RELOCK
+    )
+    assert [f.finding for f in report.failures] == ["INV-6:invariant-agrees-with-the-spec"]
+    assert any("again" in step for step in report.failures[0].trace["steps"])
+
+
+def test_radixkv_trie_takes_a_second_lock_by_its_sequence_as_nothing() -> None:
+    drawn = settings(QUICK, derandomize=True)
+    report = run_conformance(
+        max_trie.factory, profile=max_trie.PROFILE, settings=drawn, name="trie", explore=RELOCK
+    )
+    assert report.passed and report.stats["lock again by its sequence"] > 0, report.render()

@@ -33,7 +33,7 @@ PROFILE = MAX_RADIX_TRIE
 
 class RadixTrieAdapter:
     usage_errors: tuple[type[BaseException], ...] = (radixkv.UsageError,)
-    capabilities = frozenset({"bad_input", "unlock_checks", "events"})
+    capabilities = frozenset({"bad_input", "unlock_checks", "events", "relock"})
     notes = (
         "the adapter aligns keys itself, as MAX callers do, and hands the trie token ids: it "
         "refuses a bad token itself (the trie takes any hashable token)"
@@ -70,8 +70,9 @@ class RadixTrieAdapter:
         validate_tokens(tokens)
         return None, self.trie.insert(aligned, self._pages(indices, n_pages))
 
-    def lock(self, handle: Any) -> Any:
-        seq = next(self.sequences)
+    def lock(self, handle: Any, receipt: Any = None) -> Any:
+        """A new sequence marks the path; with ``receipt``, the sequence holding it again."""
+        seq = next(self.sequences) if receipt is None else receipt
         self.trie.mark_in_use_by(handle, seq)
         return seq
 

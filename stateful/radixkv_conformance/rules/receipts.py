@@ -3,7 +3,9 @@ a released lock's receipt handed back again.
 
 A receipt under per-sequence locks is the sequence's id: once its unlock went through, the
 sequence holds nothing, and an unlock with that receipt must be rejected whoever else holds
-the node (``ConformanceMachine.do_unlock_spent``). Composed into a machine only for such an
+the node (``ConformanceMachine.do_unlock_spent``). While it holds a path, the sequence may lock
+it again (capability ``relock``): that changes nothing, and its one unlock frees the path
+(``ConformanceMachine.do_lock_again``). Composed into a machine only for such an
 adapter (``registry.machine_for``): a counted lock's token names no one, and a rule every
 machine carried would change every other machine's random search.
 """
@@ -12,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from hypothesis.stateful import Bundle, consumes, multiple, rule
+from hypothesis.stateful import Bundle, consumes, multiple, precondition, rule
 
 from radixkv_conformance.machines import ConformanceMachine, LockRef
 
@@ -29,3 +31,9 @@ class ReceiptRules(ConformanceMachine):
     @rule(receipt=spent)
     def unlock_with_a_spent_receipt(self, receipt: LockRef) -> None:
         self.do_unlock_spent(receipt)
+
+    @precondition(lambda self: self.has("relock"))
+    @rule(held=ConformanceMachine.locks)
+    def lock_again(self, held: LockRef) -> None:
+        """The sequence that holds a path locks it again (a retried schedule step)."""
+        self.do_lock_again(held)
