@@ -836,6 +836,27 @@ class ConformanceMachine(RuleBasedStateMachine):
             self.count("lock again by its sequence")
         step["expect"] = {"unchanged": True}
 
+    def do_unlock_foreign(self, ref: NodeRef, other: LockRef) -> None:
+        """An unlock of ``ref`` with another sequence's receipt (a request releasing what a
+        neighbour holds): where that sequence does not hold the node, it is rejected and
+        changes nothing, whoever else holds it (per-sequence locks)."""
+        theirs = other.node
+        if other.refused or not ref.prefix:
+            return
+        covers = theirs.namespace == ref.namespace and theirs.prefix[: len(ref.prefix)] == (
+            ref.prefix
+        )
+        if covers or self.is_stale(ref) or self.is_stale(theirs):
+            return  # that sequence holds the node (or the node is gone): not this bad call
+        step = self.log("unlock", node=ref.step, lock=other.step, foreign=True)
+        self.note_handle(ref)
+        step["expect"] = {"rejected": True}
+        with self.checking("unlock with another sequence's receipt"):
+            self.expect_rejected(
+                lambda: self.sut.unlock(ref.handle, other.token),
+                "unlock with another sequence's receipt",
+            )
+
     def do_unlock_spent(self, receipt: LockRef) -> None:
         """A finished request's receipt handed back again (a retry, a stale reference): the
         sequence holds nothing now, so the unlock is rejected, whoever else holds the node,

@@ -134,5 +134,8 @@ def _unlock(
     if step.get("spent"):
         m.do_unlock_spent(locks[step["lock"]])
         return
+    if step.get("foreign"):
+        m.do_unlock_foreign(nodes[step["node"]], locks[step["lock"]])
+        return
     m.unlock_by_token = not step.get("without_token", False)
     m.do_unlock(locks[step["lock"]])

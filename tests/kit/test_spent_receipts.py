@@ -99,3 +99,33 @@ def test_radixkv_trie_takes_a_second_lock_by_its_sequence_as_nothing() -> None:
         max_trie.factory, profile=max_trie.PROFILE, settings=drawn, name="trie", explore=RELOCK
     )
     assert report.passed and report.stats["lock again by its sequence"] > 0, report.render()
+
+
+# ---- an unlock with another sequence's receipt -------------------------------------------------
+
+FOREIGN = "INV-14:unlock-with-another-sequence-s-receipt"
+
+
+class AnyHolderTrie(radixkv.RadixTrie):
+    """Releases a node for whichever sequence holds it, whatever receipt the caller gives."""
+
+    def mark_not_in_use_by(self, node: Any, seq_id: Hashable) -> None:
+        if seq_id not in node.active_seqs and node.active_seqs:
+            seq_id = min(node.active_seqs)
+        super().mark_not_in_use_by(node, seq_id)
+
+
+def any_holder(page_size: int, host: Host) -> max_trie.RadixTrieAdapter:
+    adapter = max_trie.factory(page_size, host)
+    adapter.trie.__class__ = AnyHolderTrie
+    return adapter
+
+
+def test_an_unlock_with_another_sequences_receipt_is_found() -> None:
+    two_keys = parse_bounds("tokens=2,length=1,namespaces=1,locks=2,depth=5")
+    # its other symptoms (no receipt at all, a spent one) acknowledged: this one stays
+    known = ["INV-14:unmatched-unlock", SPENT]
+    report = run_conformance(
+        any_holder, profile=max_trie.PROFILE, settings=QUICK, explore=two_keys, known=known
+    )
+    assert [failure.finding for failure in report.failures] == [FOREIGN], report.render()
