@@ -17,7 +17,8 @@ does not know the nodes, and every rule below is phrased over positions:
   lock) and every page on its path (full lock);
 * recency: each match and insert takes one tick and stamps the path it returns; the LRU
   order is (tick, depth): along one stamped path, deeper is more recent;
-* eviction: checked for admissibility against the implementation's frees (``events``).
+* eviction: checked for admissibility against the implementation's frees (``events``),
+  replayed one by one (``radixkv_spec.mamba_eviction``).
 
 Leaves (positions with nothing cached below) always hold a state (INV-31).
 
@@ -33,9 +34,11 @@ widened to (old tick, new tick), as the plain model widens it.
 
 from collections import Counter
 from collections.abc import Sequence
+from collections.abc import Set as AbstractSet
 from typing import Literal, TypeAlias
 
-from radixkv_spec.invariants import SpecViolation, Waiver, holds, holds_or_waived, never, require
+from radixkv_spec.invariants import SpecViolation, Waiver, holds, never, require
+from radixkv_spec.mamba_eviction import EvictionReplay
 from radixkv_spec.outcomes import (
     EvictionOutcome,
     FreeEvent,
@@ -48,7 +51,6 @@ from radixkv_spec.policies import (
     DEEPEST_STATE,
     LRU_LEAVES,
     PLAIN_MODEL_ONLY,
-    LeafFacts,
     MambaMatchPolicy,
     VictimOrder,
 )
@@ -318,13 +320,20 @@ class MambaCacheModel:
         ns: Namespace,
         tokens: Sequence[Token],
         indices: Sequence[int],
-        state_slot: object = None,
+        /,
+        *,
+        priority: int = 0,
+        prev_prefix_len: int = 0,
+        swa_evicted_seqlen: int = 0,
+        state_slot: int | None = None,
     ) -> InsertOutcome:
-        """Cache the pages of ``tokens`` and the state after them (``state_existed``:
-        ``mamba_exist``; the given slot is then dropped).
+        """Cache the pages of ``tokens`` and the state after them, in ``state_slot``
+        (``state_existed``: ``mamba_exist``; the given slot is then dropped).
 
         Raises ``SpecUsageError`` (before any change) for a short ``indices``, an index or
-        a slot the cache already holds, or new pages without a slot.
+        a slot the cache already holds, or new pages without a slot (``TypeError`` /
+        ``ValueError`` for a bad key, index or slot). ``priority`` (the plain model's),
+        ``prev_prefix_len`` and ``swa_evicted_seqlen`` (a window's) are ignored.
         """
         ns = validate_namespace(ns)
         key = aligned(validate_tokens(tokens), self.page_size)
@@ -355,19 +364,27 @@ class MambaCacheModel:
         slots = (given,) if mamba_exist and given is not None else ()
         return InsertOutcome(prefix_len, dropped, len(key), mamba_exist, slots)
 
-    def lock(self, ns: Namespace, prefix: Sequence[Token]) -> None:
+    def lock(
+        self, ns: Namespace, prefix: Sequence[Token], /, *, obtained_at: int | None = None
+    ) -> None:
         """Take a handle at ``prefix``, which must hold a state unless the model takes
-        ``tombstone_locks`` (the root: no-op)."""
-        ns, path = self._position(ns, prefix)
+        ``tombstone_locks`` (the root: no-op). ``obtained_at``, when given, is the tick at
+        which the caller got the handle (the model's ``clock`` right after the match or
+        insert that returned it): a stale handle (``handle_is_stale``) is then rejected
+        with ``SpecUsageError``."""
+        ns, path = self._position(ns, prefix, obtained_at)
         if path:
             # INV-30: a handle protects the state its request resumes from
             stateful = self.has_state(ns, path) or self.tombstone_locks
             require(stateful, f"{path!r} holds no state to lock")
             self.handles[(ns, path)] += 1
 
-    def unlock(self, ns: Namespace, prefix: Sequence[Token]) -> None:
-        """Give back one handle held at exactly ``prefix`` (the root: no-op)."""
-        ns, path = self._position(ns, prefix)
+    def unlock(
+        self, ns: Namespace, prefix: Sequence[Token], /, *, obtained_at: int | None = None
+    ) -> None:
+        """Give back one handle held at exactly ``prefix`` (the root: no-op); a stale one
+        is rejected, as by ``lock``."""
+        ns, path = self._position(ns, prefix, obtained_at)
         if path:
             # INV-30: an unlock no lock matches would drive a lock count negative
             require(self.handles[(ns, path)] > 0, f"no lock handle is held at {path!r}")
@@ -395,6 +412,8 @@ class MambaCacheModel:
         /,
         *,
         waive: Waiver = never,
+        swa_num_tokens: int = 0,
+        swa_locked: AbstractSet[Position] | None = None,
         mamba_slots: int = 0,
     ) -> EvictionOutcome:
         """Check an implementation's ``evict(num_tokens, mamba_slots)`` and apply it.
@@ -404,10 +423,11 @@ class MambaCacheModel:
         inner nodes. Raises
         ``SpecViolation`` (INV-35, INV-31, INV-33), leaving the model unchanged, except for
         what ``waive`` acknowledges of the rules the model can go on after (where eviction
-        stopped, the victim order).
+        stopped, the victim order). ``swa_num_tokens`` and ``swa_locked`` (a window's) are
+        ignored.
         """
         before = self._copy()
-        eviction = _Eviction(self, num_tokens, mamba_slots, waive)
+        eviction = EvictionReplay(self, num_tokens, mamba_slots, waive)
         try:
             eviction.run([(kind, tuple(p)) for kind, p in events if kind in ("free", "slot")])
         except SpecViolation:
@@ -467,9 +487,14 @@ class MambaCacheModel:
         if self.state_recency == "own" and path and (ns, path) in self.states:
             self.used[(ns, path)] = self.clock
 
-    def _position(self, ns: Namespace, prefix: Sequence[Token]) -> Position:
+    def _position(
+        self, ns: Namespace, prefix: Sequence[Token], obtained_at: int | None
+    ) -> Position:
         ns = validate_namespace(ns)
         path = validate_tokens(prefix)
+        # A handle from before an eviction of its path is a dead node
+        stale = obtained_at is not None and self.handle_is_stale(ns, path, obtained_at)
+        require(not stale, f"the handle at {path!r} is stale")
         require(self.has_page(ns, path), f"{path!r} is not a cached page position")
         return (ns, path)
 
@@ -511,193 +536,3 @@ class MambaCacheModel:
     def mamba_candidates(self) -> list[Position]:
         """Phase 2 candidates: positions holding a state with no handle there."""
         return [pos for pos in self.states if self.handles[pos] == 0]
-
-
-class _Eviction:
-    """One evict call replayed against the model, event by event."""
-
-    def __init__(
-        self, model: MambaCacheModel, num_tokens: int, mamba_slots: int, waive: Waiver
-    ) -> None:
-        self.m = model
-        self.waive = waive
-        self.num_tokens = num_tokens
-        self.mamba_slots = mamba_slots
-        self.tokens = 0
-        self.slots = 0
-        self.phase = 1 if num_tokens > 0 else 2
-        self.cascade: Position | None = None  # a childless tombstone that must go next
-        self.top: Position = (None, ())  # the position above the last deleted run
-        self.deleted: tuple[Position, ...] = ()
-
-    def run(self, events: list[FreeEvent]) -> None:
-        while events:
-            kind, payload = events.pop(0)
-            if kind == "free":
-                had_slot = self._delete(payload)
-                if had_slot is not None:
-                    follow = events.pop(0) if events else None
-                    # INV-35: a deleted node frees its KV, then its slot
-                    holds(
-                        follow == ("slot", (had_slot,)),
-                        "INV-35",
-                        f"slot {had_slot} not freed",
-                        "slot-not-freed",
-                    )
-                    self.slots += 1
-                self._after_delete()
-            else:
-                self._tombstone(payload[0])
-        holds(
-            self.cascade is None,
-            "INV-31",
-            f"tombstone leaf {self.cascade!r} left behind",
-            "tombstone-leaf",
-        )
-        self._phase_one_done()
-        enough = self.slots >= self.mamba_slots or not self.m.mamba_candidates()
-        message = f"freed {self.slots} < {self.mamba_slots} slots, states left"
-        holds_or_waived(enough, "INV-35", message, "short-slots", self.waive)
-
-    def _phase_one_done(self) -> None:
-        if self.phase == 1:
-            enough = self.tokens >= self.num_tokens or not self.m.full_candidates()
-            message = f"freed {self.tokens} < {self.num_tokens}, leaves left"
-            holds_or_waived(enough, "INV-35", message, "short", self.waive)
-            self.phase = 2
-
-    def _primary(self) -> list[Position]:
-        """The candidates the next primary victim must be the least recent of."""
-        if self.phase == 1 and (self.tokens >= self.num_tokens or not self.m.full_candidates()):
-            self._phase_one_done()
-        if self.phase == 1:
-            return self.m.full_candidates()
-        # INV-35: phase 2 stops at its slot target
-        message = f"went on after {self.slots} slots"
-        holds_or_waived(self.slots < self.mamba_slots, "INV-35", message, "past-target", self.waive)
-        return self.m.mamba_candidates()
-
-    def _require_lru(self, position: Position, candidates: list[Position]) -> None:
-        holds(
-            position in candidates,
-            "INV-35",
-            f"victim {position!r} is not a candidate",
-            "not-candidate",
-        )
-        bounds = self._bounds(candidates)
-        admitted = self.m.victims.admissible(bounds[position], list(bounds.values()))
-        message = f"victim {position!r} is not {self.m.victims.name}"
-        holds_or_waived(admitted, "INV-35", message, "victim-order", self.waive)
-
-    def _bounds(self, candidates: list[Position]) -> dict[Position, LeafFacts]:
-        """Each candidate's recency bounds, as ranks in one order. Ties in (tick, depth)
-        share a rank: the LRU order is total up to them."""
-        pairs = {pos: self._recency(pos) for pos in candidates}
-        keys = sorted({key for pair in pairs.values() for key in pair})
-        rank = {key: i for i, key in enumerate(keys)}
-        return {pos: LeafFacts(rank[early], rank[late]) for pos, (early, late) in pairs.items()}
-
-    def _recency(self, position: Position) -> tuple[RecencyKey, RecencyKey]:
-        """Phase 1 reads a page's (tick, latest tick a split could give it); phase 2 the
-        order states are evicted in."""
-        if self.phase == 1:
-            return self.m.key(position), self.m.latest_key(position)
-        key = self.m.state_key(position)
-        return key, key
-
-    def _delete(self, group: tuple[int, ...]) -> int | None:
-        """Apply one deleted node; return the slot it held (to be freed next)."""
-        ns, run = self._run(group)
-        leaf = run[-1]
-        if self.cascade is not None:
-            # INV-31: the cascade deletes the childless tombstone right after its child
-            holds(
-                (ns, leaf) == self.cascade,
-                "INV-31",
-                f"expected {self.cascade!r} next",
-                "cascade-order",
-            )
-        else:
-            self._require_lru((ns, leaf), self._primary())
-        holds(not self.m.children(ns, leaf), "INV-35", f"victim {leaf!r} is not a leaf", "not-leaf")
-        holds(
-            not any(self.m.is_locked(ns, q) for q in run),
-            "INV-35",
-            f"{leaf!r} is locked",
-            "locked-victim",
-        )
-        lone = all(len(self.m.children(ns, q)) == 1 for q in run[:-1])
-        holds(lone, "INV-35", f"victim ending at {leaf!r} cuts off a branch", "cuts-branch")
-        inner = any((ns, q) in self.m.states for q in run[:-1])
-        holds(
-            not inner, "INV-31", f"a state sits inside the victim ending at {leaf!r}", "inner-state"
-        )
-        for q in run:
-            self.m._drop(ns, q)
-        self.deleted += tuple((ns, q) for q in run)
-        self.tokens += len(group)
-        self.top = (ns, run[0][: -self.m.page_size])
-        return self.m.states.pop((ns, leaf), None)
-
-    def _after_delete(self) -> None:
-        ns, parent = self.top
-        childless = bool(parent) and not self.m.children(ns, parent)
-        stateless = (ns, parent) not in self.m.states
-        tombstone = childless and stateless and not self.m.tombstone_leaves
-        self.cascade = (ns, parent) if tombstone else None
-
-    def _tombstone(self, slot: int) -> None:
-        # INV-35: a lone slot is an inner node's state, never in the middle of a cascade
-        holds(
-            self.cascade is None, "INV-35", f"slot {slot} freed before the cascade", "cascade-order"
-        )
-        owners = [pos for pos, s in self.m.states.items() if s == slot]
-        holds(
-            len(owners) == 1,
-            "INV-33",
-            f"freed slot {slot}, which the cache does not hold",
-            "uncached",
-        )
-        ns, path = owners[0]
-        self._require_lru((ns, path), self._primary())
-        holds(
-            bool(self.m.children(ns, path)),
-            "INV-35",
-            f"tombstoned leaf {path!r}",
-            "tombstoned-leaf",
-        )
-        del self.m.states[(ns, path)]
-        self.slots += 1
-
-    def _run(self, group: tuple[int, ...]) -> tuple[Namespace, list[PagePath]]:
-        """The positions a freed KV group held: whole pages along one path, in order."""
-        p = self.m.page_size
-        holds(
-            len(group) > 0 and len(group) % p == 0,
-            "INV-35",
-            f"freed {len(group)} tokens",
-            "partial-page",
-        )
-        owners = {
-            index: (ns, path) for ns, path in self.m.positions() for index in self.m.pages[ns][path]
-        }
-        holds(
-            all(i in owners for i in group),
-            "INV-33",
-            "freed a KV index the cache lacks",
-            "uncached",
-        )
-        ns, leaf = owners[group[-1]]
-        pages = len(group) // p
-        holds(
-            pages * p <= len(leaf), "INV-35", f"freed more pages than {leaf!r} has", "not-one-path"
-        )
-        run = [leaf[: len(leaf) - k * p] for k in reversed(range(pages))]
-        held = tuple(i for q in run for i in self.m.pages[ns][q])
-        holds(
-            held == group,
-            "INV-35",
-            f"freed indices are not the path ending at {leaf!r}",
-            "not-one-path",
-        )
-        return ns, run

@@ -28,15 +28,18 @@ A lock handle (a node object in an implementation) obtained at tick ``t`` is sta
 the cache was reset after ``t`` (``last_reset > t``) or a position on its path is gone or
 was born after ``t``: that node was deleted, whatever now sits at its position.
 
-The model's own invariants are asserted by ``PrefixCacheModel.check``; CrossHair checks
-the contracts of the pure helpers it is built from.
+The model's own invariants are asserted by ``PrefixCacheModel.check``, an implementation's
+eviction victim by victim (``radixkv_spec.model_eviction``); CrossHair checks the contracts
+of the pure helpers it is built from.
 """
 
 import copy
 from collections import Counter
 from collections.abc import Sequence
+from collections.abc import Set as AbstractSet
 
 from radixkv_spec.invariants import SpecViolation, Waiver, holds, holds_or_waived, never, require
+from radixkv_spec.model_eviction import checked_eviction, regrouped
 from radixkv_spec.outcomes import (
     EvictionOutcome,
     FreeEvent,
@@ -221,12 +224,21 @@ class PrefixCacheModel:
 
     # -------------------------------------------------------------- operations
 
-    def match(self, ns: Namespace, tokens: Sequence[Token]) -> MatchOutcome:
+    def match(
+        self,
+        ns: Namespace,
+        tokens: Sequence[Token],
+        /,
+        *,
+        room: Sequence[FreeEvent] | None = None,
+        waive: Waiver = never,
+    ) -> MatchOutcome:
         """The KV indices of the longest cached page-aligned prefix of ``tokens``.
 
         Takes one tick and stamps every position of the matched path with it, if the
         engine's lookups refresh (``refresh_on``). Raises ``TypeError`` / ``ValueError``
-        (before any change) for a bad key.
+        (before any change) for a bad key. ``room`` and ``waive`` are Mamba's (a copy of a
+        state): ignored.
         """
         ns = validate_namespace(ns)
         key = aligned(validate_tokens(tokens), self.page_size)
@@ -243,7 +255,12 @@ class PrefixCacheModel:
         ns: Namespace,
         tokens: Sequence[Token],
         indices: Sequence[int],
+        /,
+        *,
         priority: int = 0,
+        prev_prefix_len: int = 0,
+        swa_evicted_seqlen: int = 0,
+        state_slot: int | None = None,
     ) -> InsertOutcome:
         """Cache the whole pages of ``tokens``; ``prefix_len``: how many of them were cached
         already, ``dropped``: the given indices of those pages the cache does not keep.
@@ -256,7 +273,8 @@ class PrefixCacheModel:
         (before any change) ``TypeError`` / ``ValueError`` for a bad key or index, and
         ``SpecUsageError`` if ``indices`` is shorter than the aligned key or an adopted index
         is already cached. A cache that never shares (``stores=False``) caches nothing: the
-        caller keeps every index.
+        caller keeps every index. ``prev_prefix_len`` and ``swa_evicted_seqlen`` (a window's)
+        and ``state_slot`` (Mamba's) are ignored.
         """
         ns = validate_namespace(ns)
         key = aligned(validate_tokens(tokens), self.page_size)
@@ -281,7 +299,9 @@ class PrefixCacheModel:
             self.priority[(ns, q)] = max(self.priority.get((ns, q), priority), priority)
         return InsertOutcome(prefix_len, dropped, end=len(key))
 
-    def lock(self, ns: Namespace, prefix: Sequence[Token], obtained_at: int | None = None) -> None:
+    def lock(
+        self, ns: Namespace, prefix: Sequence[Token], /, *, obtained_at: int | None = None
+    ) -> None:
         """Take a lock handle at the cached page position ``prefix`` (the root: no-op); an
         engine whose lock is a lookup (``refresh_on``) stamps the path with a new tick.
 
@@ -296,7 +316,7 @@ class PrefixCacheModel:
                 self._touch(ns, path, self._tick())
 
     def unlock(
-        self, ns: Namespace, prefix: Sequence[Token], obtained_at: int | None = None
+        self, ns: Namespace, prefix: Sequence[Token], /, *, obtained_at: int | None = None
     ) -> None:
         """Give back one lock handle held at exactly ``prefix`` (the root: no-op); an engine
         that refreshes on release (``refresh_on``) stamps the path with a new tick.
@@ -315,7 +335,15 @@ class PrefixCacheModel:
             self._touch(ns, path, self._tick())
 
     def apply_eviction(
-        self, num_tokens: int, events: Sequence[FreeEvent], /, *, waive: Waiver = never
+        self,
+        num_tokens: int,
+        events: Sequence[FreeEvent],
+        /,
+        *,
+        waive: Waiver = never,
+        swa_num_tokens: int = 0,
+        swa_locked: AbstractSet[Position] | None = None,
+        mamba_slots: int = 0,
     ) -> EvictionOutcome:
         """Check an implementation's ``evict(num_tokens)`` and apply it to the model.
 
@@ -324,15 +352,17 @@ class PrefixCacheModel:
         INV-11), leaving the model unchanged, if the eviction was not admissible. A
         violation ``waive`` acknowledges of a rule the model can go on after (where
         eviction stopped, the victim order, how much it freed) is not raised.
+        ``swa_num_tokens`` and ``swa_locked`` (a window's) and ``mamba_slots`` (Mamba's)
+        are ignored.
         """
         # A negative target is a usage error of evict(), rejected before any change
         require(num_tokens >= 0, f"evict({num_tokens}): the target must be >= 0")
         groups = [tuple(group) for kind, group in events if kind == "free"]
         if self.flat_report:
-            groups = self._regrouped([i for group in groups for i in group])
+            groups = regrouped(self, [i for group in groups for i in group])
         before = self.copy()
         try:
-            deleted = self._evict(num_tokens, groups, waive)
+            deleted = checked_eviction(self, num_tokens, groups, waive)
             freed = sum(map(len, groups))
             message = f"{self.eviction.name} eviction freed {freed} for a target of {num_tokens}"
             admissible = self.eviction.admissible(freed, num_tokens, self.page_size)
@@ -495,73 +525,6 @@ class PrefixCacheModel:
 
     # ---------------------------------------------------------------- eviction
 
-    def _evict(self, target: int, groups: list[tuple[int, ...]], waive: Waiver) -> list[Position]:
-        """Delete each freed group's pages, each victim checked; return what was deleted."""
-        # INV-11: a zero target deletes nothing
-        message = f"evict({target}) deleted nodes"
-        holds_or_waived(target > 0 or not groups, "INV-11", message, "zero-target", waive)
-        freed, deleted = 0, list[Position]()
-        for group in groups:
-            # INV-11: eviction stops as soon as the target is reached
-            message = f"went on evicting after freeing {freed} >= {target}"
-            holds_or_waived(freed < target, "INV-11", message, "past-target", waive)
-            deleted.extend(self._evict_victim(group, waive))
-            freed += len(group)
-        # INV-11: eviction stops short only when nothing evictable is left
-        stopped_early = freed < target and bool(self.evictable_leaves())
-        message = f"freed {freed} < {target} with leaves left"
-        holds_or_waived(not stopped_early, "INV-11", message, "short", waive)
-        return deleted
-
-    def _evict_victim(self, group: tuple[int, ...], waive: Waiver) -> list[Position]:
-        run = self._victim_run(group)
-        ns, leaf = run[-1]
-        # INV-11: a victim ends at a leaf: nothing is cached below it
-        holds(not self.children(ns, leaf), "INV-11", f"victim {leaf!r} is not a leaf", "not-leaf")
-        # INV-11: a victim is one branch: no other page hangs below its upper pages
-        lone = all(len(self.children(ns, path)) == 1 for _, path in run[:-1])
-        holds(lone, "INV-11", f"victim ending at {leaf!r} cuts off a sibling branch", "cuts-branch")
-        # INV-11: locked pages are never evicted
-        locked = any(self.is_locked(ns, path) for _, path in run)
-        holds(not locked, "INV-11", f"victim ending at {leaf!r} is locked", "locked-victim")
-        # INV-11: the victim is one the engine's victim order admits (LRU: the least
-        # recently used evictable leaf, ties allowed)
-        leaves = self.evictable_leaves()
-        candidates = [self.leaf_facts(pos) for pos in leaves]
-        admitted = self.victims.admissible(self.leaf_facts((ns, leaf)), candidates)
-        message = ""
-        if not admitted:  # name the namespace and the leaves the order would have taken
-            due = [q for q in leaves if self.victims.admissible(self.leaf_facts(q), candidates)]
-            message = (
-                f"victim {leaf!r} (namespace {ns!r}) is not {self.victims.name}: "
-                f"expected one of {sorted(due, key=repr)}"
-            )
-        holds_or_waived(admitted, "INV-11", message, "victim-order", waive)
-        for _, path in run:
-            self._drop_page(ns, path)
-        return run
-
-    def _regrouped(self, flat: list[int]) -> list[tuple[int, ...]]:
-        """A flat eviction report as one group per page, in an order that deletes a leaf
-        each time, the least recent leaf first: the order a per-node report would give if
-        the eviction was admissible. Indices the model does not cache, and pages that never
-        become leaves, stay at the end for the eviction's checks to refuse."""
-        owners = self._index_owners()
-        left = {(ns, path) for ns, path, _ in (owners[i] for i in flat if i in owners)}
-        cached = set(self.positions())
-        ordered: list[tuple[int, ...]] = []
-        while left:
-            leaves = [q for q in left if not any((q[0], c) in cached for c in self.children(*q))]
-            if not leaves:
-                break
-            page = min(leaves, key=lambda q: (self.recency[q], len(q[1])))
-            ordered.append(self.pages[page[0]][page[1]])
-            left.discard(page)
-            cached.discard(page)
-        stuck = [self.pages[ns][path] for ns, path in left]  # never a leaf: not one path
-        unknown = [(i,) for i in flat if i not in owners]
-        return ordered + stuck + unknown
-
     def leaf_facts(self, position: Position) -> LeafFacts:
         """What a victim order may know about the cached page ``position``."""
         return LeafFacts(
@@ -571,38 +534,3 @@ class PrefixCacheModel:
             self.born[position],
             self.priority[position],
         )
-
-    def _victim_run(self, group: tuple[int, ...]) -> list[Position]:
-        """The positions a freed group held, checked to be whole pages along one path."""
-        p = self.page_size
-        # INV-11: a victim frees whole pages
-        holds(
-            len(group) > 0 and len(group) % p == 0,
-            "INV-11",
-            f"freed {len(group)} tokens",
-            "partial-page",
-        )
-        owners = self._index_owners()
-        # INV-7: only indices the cache holds may be freed, each once
-        holds(
-            all(i in owners for i in group),
-            "INV-7",
-            "freed an index the cache does not hold",
-            "uncached",
-        )
-        holds(len(set(group)) == len(group), "INV-7", "freed the same index twice", "twice")
-        ns, leaf, _ = owners[group[-1]]
-        pages = len(group) // p
-        # INV-11: the group is the indices of a run of pages ending at ``leaf``, in order
-        holds(
-            pages * p <= len(leaf), "INV-11", f"freed more pages than {leaf!r} has", "not-one-path"
-        )
-        run = [(ns, leaf[: len(leaf) - k * p]) for k in reversed(range(pages))]
-        held = tuple(i for _, path in run for i in self.pages[ns][path])
-        holds(
-            held == group,
-            "INV-11",
-            f"freed indices are not the path ending at {leaf!r}",
-            "not-one-path",
-        )
-        return run

@@ -1,7 +1,8 @@
 """The meaning of RadixCache with a sliding window of W tokens, page by page.
 
-Like ``radixkv_spec.model`` it holds no tree: a map from page positions ``(ns, path)`` to KV
-indices, a set of *tombstoned* positions (full KV kept, sliding-window KV freed), lock
+Like ``radixkv_spec.model`` it holds no tree: the page map of ``radixkv_spec.pages`` (page
+positions ``(ns, path)`` to KV indices, one ``PageTable`` per namespace, walked by its
+functions), a set of *tombstoned* positions (full KV kept, sliding-window KV freed), lock
 handles and recency. An eviction is not predicted but checked: the implementation reports
 what it freed (``free``: a whole node; ``free_swa``: a node tombstoned) and the model
 accepts it only if it was admissible.
@@ -22,8 +23,9 @@ from radixkv_spec.outcomes import (
     MatchOutcome,
     ResetOutcome,
 )
+from radixkv_spec.pages import PageTable, cached_len, child_paths, page_prefixes, path_indices
 from radixkv_spec.policies import LRU_LEAVES, PLAIN_MODEL_ONLY, LeafFacts, VictimOrder
-from radixkv_spec.tokens import Namespace, Position, Token, aligned, extends
+from radixkv_spec.tokens import Namespace, PagePath, Position, Token, aligned, extends
 
 DeadInsert: TypeAlias = Literal["dropped", "tombstoned"]
 
@@ -79,7 +81,7 @@ class SlidingWindowModel:
         self.victims = victims
         self.dead_insert = dead_insert
         self.tombstone_locks = tombstone_locks
-        self.pages: dict[Position, tuple[int, ...]] = {}
+        self.pages: dict[Namespace, dict[PagePath, tuple[int, ...]]] = {}
         self.tombstones: set[Position] = set()
         self.handles: Counter[Position] = Counter()
         self.recency: dict[Position, int] = {}
@@ -95,31 +97,30 @@ class SlidingWindowModel:
     # ---- queries -------------------------------------------------------------------------
 
     def positions(self) -> list[Position]:
-        """Every cached page position, tombstones included."""
-        return list(self.pages)
+        """Every cached page position, tombstones included (namespace by namespace)."""
+        return [(ns, path) for ns, table in self.pages.items() for path in table]
 
-    def path_pages(self, ns: Namespace, key: Sequence[Token]) -> list[Position]:
-        """The cached page positions along ``key``, from the root, as far as cached."""
-        out: list[Position] = []
-        for end in range(self.page_size, len(key) + 1, self.page_size):
-            position = (ns, tuple(key[:end]))
-            if position not in self.pages:
-                break
-            out.append(position)
-        return out
+    def table(self, ns: Namespace) -> PageTable:
+        """The cached pages of namespace ``ns``."""
+        return self.pages.get(ns, {})
 
-    def children(self, position: Position) -> list[Position]:
-        ns, path = position
-        return [
-            q
-            for q in self.pages
-            if q[0] == ns and len(q[1]) == len(path) + self.page_size and extends(q[1], path)
-        ]
+    def has_page(self, ns: Namespace, path: PagePath) -> bool:
+        """Whether ``path`` is a cached page position in ``ns`` (the empty path is the root)."""
+        return not path or path in self.table(ns)
 
-    def is_locked(self, position: Position) -> bool:
-        """Some handle's path runs through ``position``."""
-        ns, path = position
-        return any(h[0] == ns and extends(h[1], path) for h in self.handles)
+    def path_pages(self, ns: Namespace, key: PagePath) -> list[Position]:
+        """The cached page positions along the aligned ``key``, from the root, as far as
+        cached."""
+        end = cached_len(self.table(ns), key, self.page_size)
+        return [(ns, q) for q in page_prefixes(key[:end], self.page_size)]
+
+    def children(self, ns: Namespace, path: PagePath) -> list[PagePath]:
+        """The cached positions one page below ``path``."""
+        return child_paths(self.table(ns), path, self.page_size)
+
+    def is_locked(self, ns: Namespace, path: PagePath) -> bool:
+        """Some handle's path runs through ``path``."""
+        return any(h_ns == ns and extends(h_path, path) for h_ns, h_path in self.handles)
 
     def handle_count(self, ns: Namespace, prefix: Sequence[Token]) -> int:
         """How many lock handles are outstanding at exactly ``prefix``."""
@@ -138,8 +139,8 @@ class SlidingWindowModel:
         kept: set[Position] = set()
         for ns, path in self.handles:
             covered = 0
-            for end in range(len(path), 0, -self.page_size):
-                position = (ns, path[:end])
+            for q in reversed(page_prefixes(path, self.page_size)):
+                position = (ns, q)
                 if position in self.tombstones or (window is not None and covered >= window):
                     break
                 kept.add(position)
@@ -147,19 +148,30 @@ class SlidingWindowModel:
         return kept
 
     def total_size(self) -> int:
-        return len(self.pages) * self.page_size
+        return sum(map(len, self.pages.values())) * self.page_size
 
     def live_size(self) -> int:
-        return (len(self.pages) - len(self.tombstones)) * self.page_size
+        return self.total_size() - len(self.tombstones) * self.page_size
 
     def protected_size(self) -> int:
-        return sum(self.is_locked(q) for q in self.pages) * self.page_size
+        return sum(self.is_locked(*q) for q in self.positions()) * self.page_size
 
     # ---- operations ----------------------------------------------------------------------
 
-    def match(self, ns: Namespace, tokens: Sequence[Token]) -> MatchOutcome:
-        """The indices of the longest cached prefix that satisfies the window (INV-23)."""
-        path = self.path_pages(ns, aligned(tokens, self.page_size))
+    def match(
+        self,
+        ns: Namespace,
+        tokens: Sequence[Token],
+        /,
+        *,
+        room: Sequence[FreeEvent] | None = None,
+        waive: Waiver = never,
+    ) -> MatchOutcome:
+        """The indices of the longest cached prefix that satisfies the window (INV-23).
+
+        ``room`` and ``waive`` are Mamba's (a copy of a state): ignored."""
+        key = aligned(tokens, self.page_size)
+        path = self.path_pages(ns, key)
         flags = [q in self.tombstones for q in path]
         best = max(
             (
@@ -169,25 +181,32 @@ class SlidingWindowModel:
             ),
         )
         self._touch(path[:best], self._split_remainder(path[:best]))
-        return MatchOutcome.of(tuple(i for q in path[:best] for i in self.pages[q]))
+        return MatchOutcome.of(
+            path_indices(self.table(ns), key[: best * self.page_size], self.page_size)
+        )
 
     def insert(
         self,
         ns: Namespace,
         tokens: Sequence[Token],
-        value: Sequence[int],
+        indices: Sequence[int],
+        /,
+        *,
+        priority: int = 0,
         prev_prefix_len: int = 0,
         swa_evicted_seqlen: int = 0,
+        state_slot: int | None = None,
     ) -> InsertOutcome:
         """Cache ``tokens``; ``dropped``: the indices the cache frees.
 
-        The cache owns ``value[prev_prefix_len:]`` of the aligned key: each index is adopted
-        or freed. A cached tombstone is revived with the caller's indices only if the caller
-        still holds their SWA KV and no handle runs through it (INV-24).
+        The cache owns ``indices[prev_prefix_len:]`` of the aligned key: each index is
+        adopted or freed. A cached tombstone is revived with the caller's indices only if the
+        caller still holds their SWA KV and no handle runs through it (INV-24). ``priority``
+        (the plain model's) and ``state_slot`` (Mamba's) are ignored.
         """
         p = self.page_size
         key = aligned(tokens, p)
-        require(len(value) >= len(key), f"{len(value)} indices for {len(key)} tokens")
+        require(len(indices) >= len(key), f"{len(indices)} indices for {len(key)} tokens")
         cached = self.path_pages(ns, key)
         remainder = self._split_remainder(cached)  # before the new pages branch off there
         matched, freed = len(cached) * p, list[int]()
@@ -195,11 +214,11 @@ class SlidingWindowModel:
             start = len(position[1]) - p
             if start < prev_prefix_len:
                 continue
-            incoming = tuple(value[start : start + p])
+            incoming = tuple(indices[start : start + p])
             revive = position in self.tombstones and swa_evicted_seqlen <= start
-            if revive and not self.is_locked(position):
-                freed.extend(self.pages[position])
-                self.pages[position] = incoming
+            if revive and not self.is_locked(*position):
+                freed.extend(self.pages[ns][position[1]])
+                self.pages[ns][position[1]] = incoming
                 self.tombstones.discard(position)
             else:
                 freed.extend(incoming)
@@ -207,29 +226,35 @@ class SlidingWindowModel:
         dropped = live_from == len(key) and self.dead_insert == "dropped"
         end = matched if dropped else len(key)
         if end == matched:
-            freed.extend(value[matched : len(key)])
+            freed.extend(indices[matched : len(key)])
         else:
-            for start in range(matched, len(key), p):
-                position = (ns, tuple(key[: start + p]))
-                self.pages[position] = tuple(value[start : start + p])
+            for path in page_prefixes(key, p)[len(cached) :]:
+                start = len(path) - p
+                self.pages.setdefault(ns, {})[path] = tuple(indices[start : start + p])
                 if start < live_from:
-                    self.tombstones.add(position)
+                    self.tombstones.add((ns, path))
         self._touch(self.path_pages(ns, key[:end]), remainder)
         return InsertOutcome(matched, tuple(freed), end)
 
-    def lock(self, ns: Namespace, prefix: Sequence[Token]) -> None:
+    def lock(
+        self, ns: Namespace, prefix: Sequence[Token], /, *, obtained_at: int | None = None
+    ) -> None:
         """Take a handle at ``prefix`` (the empty path: nothing); tombstones are refused
-        unless the model takes ``tombstone_locks``."""
+        unless the model takes ``tombstone_locks``. ``obtained_at`` is ignored: the model
+        keeps no birth ticks to tell a stale handle by."""
         position = (ns, tuple(prefix))
         if not position[1]:
             return
-        require(position in self.pages, f"{position!r} is not cached")
+        require(self.has_page(*position), f"{position!r} is not cached")
         tombstone = position in self.tombstones
         require(not tombstone or self.tombstone_locks, f"{position!r} is a tombstone")
         self.handles[position] += 1
 
-    def unlock(self, ns: Namespace, prefix: Sequence[Token]) -> None:
-        """Give back one handle held at exactly ``prefix`` (the empty path: nothing)."""
+    def unlock(
+        self, ns: Namespace, prefix: Sequence[Token], /, *, obtained_at: int | None = None
+    ) -> None:
+        """Give back one handle held at exactly ``prefix`` (the empty path: nothing);
+        ``obtained_at`` is ignored, as by ``lock``."""
         position = (ns, tuple(prefix))
         if not position[1]:
             return
@@ -240,8 +265,13 @@ class SlidingWindowModel:
 
     def reset(self) -> ResetOutcome:
         """Drop everything: the indices freed, and of those the ones whose SWA KV was live."""
-        full = [i for q in self.pages for i in self.pages[q]]
-        live = [i for q in self.pages if q not in self.tombstones for i in self.pages[q]]
+        full = [i for ns, path in self.positions() for i in self.pages[ns][path]]
+        live = [
+            i
+            for ns, path in self.positions()
+            if (ns, path) not in self.tombstones
+            for i in self.pages[ns][path]
+        ]
         self.pages.clear()
         self.tombstones.clear()
         self.handles.clear()
@@ -252,25 +282,26 @@ class SlidingWindowModel:
     def check(self) -> None:
         """Assert the model's own invariants (raises ``SpecViolation``)."""
         p = self.page_size
-        for (ns, path), indices in self.pages.items():
+        positions = set(self.positions())
+        for ns, path in self.positions():
+            indices = self.pages[ns][path]
             # INV-2: a position is a whole, non-empty page with one index per token
             holds(len(path) > 0 and len(path) % p == 0, "INV-2", f"{path!r} is not page-aligned")
             holds(len(indices) == p, "INV-2", f"{path!r} does not hold {p} indices")
             # INV-3: the cached set is prefix-closed: no page hangs below a missing one
-            parent = path[:-p]
-            holds(not parent or (ns, parent) in self.pages, "INV-3", f"{path!r} has no parent")
-        cached = [i for indices in self.pages.values() for i in indices]
+            holds(self.has_page(ns, path[:-p]), "INV-3", f"{path!r} has no parent")
+        cached = [i for table in self.pages.values() for indices in table.values() for i in indices]
         # INV-7: no index is held twice
         holds(len(set(cached)) == len(cached), "INV-7", "an index is held twice")
-        holds(self.tombstones <= set(self.pages), "INV-20", "a tombstone off the page map")
+        holds(self.tombstones <= positions, "INV-20", "a tombstone off the page map")
         # INV-8: every cached position has a time, and a latest one no earlier
-        holds(set(self.recency) == set(self.pages) == set(self.latest), "INV-8", "recency")
+        holds(set(self.recency) == positions == set(self.latest), "INV-8", "recency")
         holds(all(self.latest[q] >= t for q, t in self.recency.items()), "INV-8", "latest")
         for position, count in self.handles.items():
             # INV-5: handles are positive counts at cached positions (live, unless the
             # cache takes locks that end at a tombstone)
             live = position not in self.tombstones or self.tombstone_locks
-            holds(count > 0 and position in self.pages and live, "INV-5", f"bad {position!r}")
+            holds(count > 0 and position in positions and live, "INV-5", f"bad {position!r}")
 
     def _touch(self, path: Sequence[Position], remainder: Sequence[Position]) -> None:
         """Stamp ``path``; the pages a split at its end could put in the lower half (the
@@ -288,10 +319,11 @@ class SlidingWindowModel:
         chain: list[Position] = []
         if not (self.victims.refreshes_split_remainder and path):
             return chain
-        below = self.children(path[-1])
+        ns, end = path[-1]
+        below = self.children(ns, end)
         while len(below) == 1:
-            chain.append(below[0])
-            below = self.children(below[0])
+            chain.append((ns, below[0]))
+            below = self.children(ns, below[0])
         return chain
 
     # ---- eviction ------------------------------------------------------------------------
@@ -305,6 +337,7 @@ class SlidingWindowModel:
         waive: Waiver = never,
         swa_num_tokens: int = 0,
         swa_locked: AbstractSet[Position] | None = None,
+        mamba_slots: int = 0,
     ) -> EvictionOutcome:
         """Check an implementation's ``evict(num_tokens, swa_num_tokens)`` (its ``free`` and
         ``free_swa`` events, in order) and apply it.
@@ -315,6 +348,7 @@ class SlidingWindowModel:
         its own. Raises SpecViolation (INV-11, INV-20, INV-24) unless every step was
         admissible and the counts stop right, except for what ``waive`` acknowledges of the
         rules the model can go on after (the victim order, where the eviction stopped).
+        ``mamba_slots`` (Mamba's) is ignored.
         """
         locked = self.minimum_windows() if swa_locked is None else swa_locked
         tally = self._apply_frees(num_tokens, swa_num_tokens, events, locked, waive)
@@ -390,7 +424,12 @@ class SlidingWindowModel:
         return [SpecViolation(inv, what, rule) for broken, inv, what, rule in rules if broken]
 
     def _run_of(self, indices: tuple[int, ...]) -> list[Position]:
-        owners = {i: q for q, page in self.pages.items() for i in page}
+        owners = {
+            i: (ns, q)
+            for ns, table in self.pages.items()
+            for q, page in table.items()
+            for i in page
+        }
         # INV-7: only cached indices are freed by an eviction
         holds(
             all(i in owners for i in indices),
@@ -399,13 +438,13 @@ class SlidingWindowModel:
             "uncached",
         )
         run = sorted({owners[i] for i in indices}, key=lambda q: len(q[1]))
-        pages = tuple(i for q in run for i in self.pages[q])
+        pages = tuple(i for ns, q in run for i in self.pages[ns][q])
         holds(
             sorted(pages) == sorted(indices), "INV-11", "a free is not whole pages", "partial-page"
         )
         for upper, lower in itertools.pairwise(run):
             holds(
-                lower in self.children(upper),
+                lower[0] == upper[0] and lower[1] in self.children(*upper),
                 "INV-11",
                 "a freed run is not one path",
                 "not-one-path",
@@ -418,13 +457,13 @@ class SlidingWindowModel:
         return self.victims.admissible(facts[0], facts[1:])
 
     def _evictable_leaves(self) -> list[Position]:
-        return [q for q in self.pages if not self.children(q) and not self.is_locked(q)]
+        return [q for q in self.positions() if not self.children(*q) and not self.is_locked(*q)]
 
     def _tombstone_leaves(self) -> list[Position]:
-        return [q for q in self.tombstones if not self.children(q)]
+        return [q for q in self.tombstones if not self.children(*q)]
 
     def _swa_candidates(self, swa_locked: AbstractSet[Position]) -> list[Position]:
-        return [q for q in self.pages if q not in self.tombstones and q not in swa_locked]
+        return [q for q in self.positions() if q not in self.tombstones and q not in swa_locked]
 
     def _delete(
         self,
@@ -436,9 +475,9 @@ class SlidingWindowModel:
     ) -> None:
         leaf = run[-1]
         # INV-11: a whole unlocked leaf, and under LRU the least recently used one
-        holds(not self.children(leaf), "INV-11", f"deleted {leaf!r} has children", "not-leaf")
+        holds(not self.children(*leaf), "INV-11", f"deleted {leaf!r} has children", "not-leaf")
         holds(
-            not any(self.is_locked(q) for q in run),
+            not any(self.is_locked(*q) for q in run),
             "INV-24",
             "freed a locked page",
             "locked-victim",
@@ -453,7 +492,10 @@ class SlidingWindowModel:
             if q not in self.tombstones:
                 out.swa_evicted += self.page_size
             self.tombstones.discard(q)
-            del self.pages[q]
+            ns, path = q
+            del self.pages[ns][path]
+            if not self.pages[ns]:
+                del self.pages[ns]
             del self.recency[q], self.latest[q]
             out.deleted.append(q)
 
@@ -469,7 +511,7 @@ class SlidingWindowModel:
         )
         holds(not set(run) & swa_locked, "INV-24", "free_swa of an SWA-locked node", "swa-locked")
         holds(not set(run) & self.tombstones, "INV-24", "free_swa of a tombstone", "twice")
-        holds(bool(self.children(run[-1])), "INV-20", "tombstoned a leaf")
+        holds(bool(self.children(*run[-1])), "INV-20", "tombstoned a leaf")
         admitted = self._admissible(run[-1], self._swa_candidates(swa_locked))
         message = f"tombstoned a node that is not {self.victims.name}"
         holds_or_waived(admitted, "INV-11", message, "victim-order", waive)

@@ -208,9 +208,9 @@ def test_an_swa_insert_wholly_past_the_window_is_dropped_or_tombstoned(policy: D
     are dropped (their indices freed) or cached as tombstones (sglang); a tombstone leaf an
     insert made is no eviction's fault, one an eviction leaves still is (INV-20)."""
     model = SlidingWindowModel(1, 1, dead_insert=policy)
-    inserted = model.insert(None, (0, 0), (0, 1), 0, 2)
+    inserted = model.insert(None, (0, 0), (0, 1), swa_evicted_seqlen=2)
     assert inserted.prefix_len == 0
-    cached = {(None, (0,)): (0,), (None, (0, 0)): (0, 1)[1:]}
+    cached = {None: {(0,): (0,), (0, 0): (1,)}}
     if policy == "dropped":
         assert (inserted.dropped, inserted.end, model.pages, model.tombstones) == (
             (0, 1),
@@ -223,10 +223,10 @@ def test_an_swa_insert_wholly_past_the_window_is_dropped_or_tombstoned(policy: D
         (),
         2,
         cached,
-        set(cached),
+        {(None, (0,)), (None, (0, 0))},
     )
     assert _violations(model, 0, []) == []  # the insert's tombstone leaf is not an eviction's
-    model.insert(None, (1, 1), (2, 3), 0, 0)  # live: (1,) then (1, 1)
+    model.insert(None, (1, 1), (2, 3))  # live: (1,) then (1, 1)
     assert _violations(model, 2, [("free_swa", (2,)), ("free", (3,))]) == ["INV-20"]
 
 
@@ -250,14 +250,14 @@ def test_a_lock_of_a_tombstone_is_refused_or_holds_the_full_kv(accepted: bool) -
     """Profile ``swa_tombstone_locks``: radixkv refuses a lock that ends at a tombstone;
     sglang takes it, and it then holds the full KV of its path (and no SWA window)."""
     model = SlidingWindowModel(1, 1, tombstone_locks=accepted)
-    model.insert(None, (0, 0), (0, 1), 0, 1)  # (0,) a tombstone, (0, 0) live
+    model.insert(None, (0, 0), (0, 1), swa_evicted_seqlen=1)  # (0,) a tombstone, (0, 0) live
     assert model.tombstones == {(None, (0,))}
     if not accepted:
         with pytest.raises(SpecUsageError):
             model.lock(None, (0,))
         return
     model.lock(None, (0,))
-    assert model.is_locked((None, (0,))) and model.minimum_windows() == set()
+    assert model.is_locked(None, (0,)) and model.minimum_windows() == set()
 
 
 def test_a_lock_may_hold_more_than_its_window_but_never_past_a_tombstone() -> None:
@@ -265,14 +265,15 @@ def test_a_lock_may_hold_more_than_its_window_but_never_past_a_tombstone() -> No
     above each lock (``minimum_windows``), at most its live pages up to the first tombstone
     (``maximum_windows``: caches lock whole nodes, never through a tombstone)."""
     model = SlidingWindowModel(1, 2)
-    model.insert(None, (0, 0, 0), (0, 1, 2), 0, 0)
+    model.insert(None, (0, 0, 0), (0, 1, 2))
     model.lock(None, (0, 0, 0))
     whole_path = {(None, (0,)), (None, (0, 0)), (None, (0, 0, 0))}
     assert model.minimum_windows() == whole_path - {(None, (0,))}
     assert model.maximum_windows() == whole_path
     model.unlock(None, (0, 0, 0))
-    model.insert(None, (1,), (3,), 0, 0)
-    model.insert(None, (1, 1, 1), (3, 4, 5), 1, 2)  # resumes from (1,); (1, 1) left the window
+    model.insert(None, (1,), (3,))
+    # resumes from (1,); (1, 1) left the window
+    model.insert(None, (1, 1, 1), (3, 4, 5), prev_prefix_len=1, swa_evicted_seqlen=2)
     assert model.tombstones == {(None, (1, 1))}
     model.lock(None, (1, 1, 1))
     assert model.minimum_windows() == model.maximum_windows() == {(None, (1, 1, 1))}
@@ -286,8 +287,8 @@ def test_the_swa_model_widens_recency_where_a_split_refreshes_the_lower_half(
     splits the first node, so the leaf [1, 0] may be as recent as the match and [0] may go
     first. Plain LRU (radixkv) keeps [1, 0] at its insert: [0] first is out of order."""
     model = SlidingWindowModel(1, 2, victims)
-    model.insert(None, (1, 0, 0), (0, 1, 2), 0, 0)
-    model.insert(None, (0,), (3,), 0, 0)
+    model.insert(None, (1, 0, 0), (0, 1, 2))
+    model.insert(None, (0,), (3,))
     model.match(None, (1,))
     events: list[FreeEvent] = [("free", (2,)), ("free", (3,))]
     if victims is LRU_LEAVES:

@@ -280,10 +280,10 @@ def test_match_handles_that_may_end_below_the_match_are_never_locked() -> None:
 def test_full_kv_mamba_match_returns_the_whole_kv_match() -> None:
     for matching, length in ((FULL_KV, 3), (RADIXKV_MAMBA.mamba_match, 1)):
         model = MambaCacheModel(1, matching=matching)
-        model.insert(None, (1,), (10,), 0)
-        model.insert(None, (1, 2, 3), (10, 11, 12), 1)
+        model.insert(None, (1,), (10,), state_slot=0)
+        model.insert(None, (1, 2, 3), (10, 11, 12), state_slot=1)
         model.states.pop((None, (1, 2, 3)))  # a state evicted: the KV stays (tombstone)
-        model.insert(None, (1, 2, 3, 4), (10, 11, 12, 13), 2)
+        model.insert(None, (1, 2, 3, 4), (10, 11, 12, 13), state_slot=2)
         assert model.match(None, (1, 2, 3)).prefix_len == length
 
 

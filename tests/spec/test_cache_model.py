@@ -8,8 +8,10 @@ from radixkv_spec import (
     InsertOutcome,
     MatchOutcome,
     ResetOutcome,
+    SpecUsageError,
     SpecViolation,
 )
+from radixkv_spec.invariants import never
 from radixkv_spec.mamba import MambaCacheModel
 from radixkv_spec.model import PrefixCacheModel
 from radixkv_spec.swa import SlidingWindowModel
@@ -21,9 +23,8 @@ def _models() -> list[CacheModel]:
 
 
 def _insert(model: CacheModel, tokens: tuple[int, ...], indices: tuple[int, ...]) -> InsertOutcome:
-    if isinstance(model, MambaCacheModel):  # new pages need a state slot (INV-31)
-        return model.insert(None, tokens, indices, state_slot=100 + len(tokens))
-    return model.insert(None, tokens, indices)
+    # Mamba's new pages need a state slot (INV-31); the other models ignore it
+    return model.insert(None, tokens, indices, state_slot=100 + len(tokens))
 
 
 def _slot_of(model: CacheModel, slot: int) -> list[tuple[str, tuple[int, ...]]]:
@@ -56,6 +57,57 @@ def test_every_model_answers_through_the_same_door(model: CacheModel) -> None:
     dropped = model.reset()
     assert isinstance(dropped, ResetOutcome)
     assert sorted(dropped.indices) == [10, 11, 12] and model.positions() == []
+    model.check()
+
+
+@pytest.mark.parametrize("model", _models(), ids=lambda m: type(m).__name__)
+def test_every_model_takes_every_keyword_of_the_door(model: CacheModel) -> None:
+    """One signature per operation: a keyword of a part the model does not have is taken,
+    and at its default changes nothing."""
+    inserted = model.insert(
+        None,
+        (1, 2),
+        (10, 11),
+        priority=0,
+        prev_prefix_len=0,
+        swa_evicted_seqlen=0,
+        state_slot=100,
+    )
+    assert (inserted.prefix_len, inserted.dropped, inserted.end) == (0, (), 2)
+    matched = model.match(None, (1, 2), room=None, waive=never)
+    assert (matched.indices, matched.prefix_len) == ((10, 11), 2)
+    model.lock(None, (1, 2), obtained_at=model.clock)
+    model.unlock(None, (1, 2), obtained_at=model.clock)
+    freed = model.apply_eviction(
+        2,
+        [("free", (10, 11)), *_slot_of(model, 100)],
+        waive=never,
+        swa_num_tokens=0,
+        swa_locked=None,
+        mamba_slots=0,
+    )
+    assert (freed.full_evicted, freed.deleted) == (2, ((None, (1,)), (None, (1, 2))))
+    model.check()
+
+
+@pytest.mark.parametrize(
+    "model", [PrefixCacheModel(1), MambaCacheModel(1)], ids=lambda m: type(m).__name__
+)
+def test_a_lock_with_a_stale_receipt_is_refused_where_the_model_keeps_birth_ticks(
+    model: CacheModel,
+) -> None:
+    """``obtained_at``: a handle taken before its node was evicted names a dead node, even
+    once the same position is cached again."""
+    _insert(model, (1,), (10,))
+    taken = model.clock
+    model.apply_eviction(1, [("free", (10,)), *_slot_of(model, 101)])
+    _insert(model, (1,), (11,))
+    with pytest.raises(SpecUsageError, match="stale"):
+        model.lock(None, (1,), obtained_at=taken)
+    model.lock(None, (1,), obtained_at=model.clock)
+    with pytest.raises(SpecUsageError, match="stale"):
+        model.unlock(None, (1,), obtained_at=taken)
+    model.unlock(None, (1,), obtained_at=model.clock)
     model.check()
 
 

@@ -35,7 +35,7 @@ def _violations(
 @pytest.mark.parametrize("kept", [False, True])
 def test_a_leaf_whose_child_and_state_went_stays_only_if_kept(kept: bool) -> None:
     model = MambaCacheModel(1, tombstone_leaves=kept)
-    model.insert(None, (0, 0), (0, 1), 0)  # (0,) holds no state
+    model.insert(None, (0, 0), (0, 1), state_slot=0)  # (0,) holds no state
     broken = _violations(model, 0, 1, [("free", (1,)), ("slot", (0,))])
     assert broken == ([] if kept else ["INV-31"])
     if kept:
@@ -46,7 +46,7 @@ def test_a_leaf_whose_child_and_state_went_stays_only_if_kept(kept: bool) -> Non
 @pytest.mark.parametrize("accepted", [False, True])
 def test_a_lock_where_no_state_is(accepted: bool) -> None:
     model = MambaCacheModel(1, tombstone_locks=accepted)
-    model.insert(None, (0, 0), (0, 1), 0)
+    model.insert(None, (0, 0), (0, 1), state_slot=0)
     if not accepted:
         with pytest.raises(SpecUsageError):
             model.lock(None, (0,))
@@ -60,9 +60,9 @@ def test_a_lock_where_no_state_is(accepted: bool) -> None:
 def test_a_state_refreshed_only_where_it_is_used(recency: StateRecency, broken: list[str]) -> None:
     """A match of (0, 0) uses the state there; the one at (0,) stays as old as its insert."""
     model = MambaCacheModel(1, state_recency=recency)
-    model.insert(None, (0,), (0,), 1)
-    model.insert(None, (0, 0), (0, 1), 2)
-    model.insert(None, (1,), (2,), 3)
+    model.insert(None, (0,), (0,), state_slot=1)
+    model.insert(None, (0, 0), (0, 1), state_slot=2)
+    model.insert(None, (1,), (2,), state_slot=3)
     model.match(None, (0, 0))
     assert _violations(model, 0, 1, [("slot", (1,))]) == broken
 
@@ -76,7 +76,7 @@ def test_a_match_may_refresh_the_lower_half_of_its_split(
     """The match of (0,) in "" ends inside the node (0, 0): a split there may stamp the
     lower half, so the older leaf in namespace None may go first."""
     model = MambaCacheModel(1, victims)
-    model.insert("", (0, 0), (0, 1), 0)
-    model.insert(None, (0,), (2,), 1)
+    model.insert("", (0, 0), (0, 1), state_slot=0)
+    model.insert(None, (0,), (2,), state_slot=1)
     model.match("", (0,))
     assert _violations(model, 1, 0, [("free", (2,)), ("slot", (1,))]) == broken

@@ -17,12 +17,12 @@ from radixkv_spec.outcomes import FreeEvent
 def issue_30_cache() -> MambaCacheModel:
     """[1] holds a state, [1, 2] is a tombstone, [1, 2, 3] and [9] hold the others."""
     model = MambaCacheModel(1)
-    model.insert(None, [1], [10], 0)
-    model.insert(None, [1, 2], [10, 11], 1)
-    model.insert(None, [1, 2, 3], [10, 11, 12], 2)
+    model.insert(None, [1], [10], state_slot=0)
+    model.insert(None, [1, 2], [10, 11], state_slot=1)
+    model.insert(None, [1, 2, 3], [10, 11, 12], state_slot=2)
     model.match(None, [1])
     model.apply_eviction(0, [("slot", (1,))], mamba_slots=1)  # [1, 2]'s state, the least recent
-    model.insert(None, [9], [13], 1)
+    model.insert(None, [9], [13], state_slot=1)
     model.check()
     return model
 
@@ -54,10 +54,10 @@ def test_room_that_deletes_the_walked_kv_leaves_no_branching() -> None:
 
 def test_room_that_keeps_part_of_the_walk_shortens_the_branching_point() -> None:
     model = MambaCacheModel(1)
-    model.insert(None, [1, 2, 3, 4], [10, 11, 12, 13], 0)
-    model.insert(None, [1], [10], 1)
-    model.insert(None, [1, 2, 7], [10, 11, 14], 2)
-    model.insert(None, [9], [15], 3)
+    model.insert(None, [1, 2, 3, 4], [10, 11, 12, 13], state_slot=0)
+    model.insert(None, [1], [10], state_slot=1)
+    model.insert(None, [1, 2, 7], [10, 11, 14], state_slot=2)
+    model.insert(None, [9], [15], state_slot=3)
     room: list[FreeEvent] = [("free", (12, 13)), ("slot", (0,))]  # [1, 2] leads on to [1, 2, 7]
     got = model.match(None, [1, 2, 3, 5], room=room)
     assert (got.prefix_len, got.source_slot, got.branching_seqlen) == (1, 1, 2)
@@ -65,7 +65,7 @@ def test_room_that_keeps_part_of_the_walk_shortens_the_branching_point() -> None
 
 def test_room_with_no_slot_freed_is_a_miss_at_the_root() -> None:
     model = MambaCacheModel(1)
-    model.insert(None, [1, 2], [10, 11], 0)
+    model.insert(None, [1, 2], [10, 11], state_slot=0)
     model.lock(None, [1, 2])  # the only state is held: nothing can make room
     got = model.match(None, [1, 2, 3], room=[])
     assert (got.indices, got.prefix_len, got.source_slot) == ((), 0, None)

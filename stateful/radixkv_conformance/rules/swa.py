@@ -194,7 +194,11 @@ class SwaRules(ConformanceMachine):
     def agrees_with_spec(self) -> None:
         with self.checking("invariant: agrees with the spec"):
             got = {q: (tuple(ix), bool(tomb)) for q, (ix, tomb) in self.sut.swa_pages().items()}
-            want = {q: (ix, q in self.model.tombstones) for q, ix in self.model.pages.items()}
+            want = {
+                (ns, path): (ix, (ns, path) in self.model.tombstones)
+                for ns, table in self.model.pages.items()
+                for path, ix in table.items()
+            }
             self.require(got == want, "INV-23: pages or tombstones differ from the spec")
             sizes, m = self.sut.sizes(), self.model
             self.require(sizes.total == m.total_size(), "INV-6: total_size differs from the spec")
