@@ -4,7 +4,7 @@
     python benchmarks/bench.py --quick --only 1 5
 
 Each configuration replays one seeded trace (``radixkv.driver.workload``) through the
-scheduler of ``radixkv.driver.replay`` against every cache, ``--repeats`` times,
+scheduler of ``radixkv.driver.drive`` against every cache, ``--repeats`` times,
 interleaved (the order alternates each repeat); the table shows medians. Timing is the
 thread CPU time of the cache calls only (``time.thread_time``), one torch thread, a full
 ``gc.collect()`` before each replay and the collector off inside it.

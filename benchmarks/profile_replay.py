@@ -4,7 +4,7 @@
 
 Prints the functions with the most own time (cProfile's ``tottime``), in µs per request, for
 the cache calls of the replay (the driver's own bookkeeping is in the profile too: its
-functions are in ``driver/replay.py`` and ``bench.py``). cProfile adds a cost per Python
+functions are in ``driver/drive.py`` and ``bench.py``). cProfile adds a cost per Python
 call, so read it for the shares, not the absolute times; ``bench.py`` gives those.
 """
 

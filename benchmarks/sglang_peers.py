@@ -25,7 +25,7 @@ from radixkv_conformance.adapters._sglang_import import Stub as KitStub
 from radixkv_conformance.adapters._sglang_import import sglang_root
 
 from radixkv.driver.caches import SGLANG_WHEEL
-from radixkv.driver.replay import SglangReplay, sglang_factory
+from radixkv.driver.drive import SglangReplay, sglang_factory
 
 # Packages whose __init__ would import the serving stack: loaded as bare shells.
 _SHELLS = (

@@ -94,12 +94,12 @@ def _command(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     if os.getcwd() not in sys.path:  # an adapter in the current folder, as `python -m` finds it
         sys.path.insert(0, os.getcwd())
     if args.command in ("drive", "replay"):
-        from radixkv.driver import replay
+        from radixkv.driver import drive
 
         if args.command == "replay":  # one word, one meaning: a replay is a finding's trace
             print("radixkv replay is now radixkv drive", file=sys.stderr)
 
-        return replay.command(args)
+        return drive.command(args)
     settings_profile = args.hypothesis_profile or ("thorough" if args.thorough else None)
     profile_name = args.profile
     if profile_name in SETTINGS_PROFILES:  # one word, one meaning: a profile is an engine's
@@ -268,12 +268,12 @@ def _parser() -> argparse.ArgumentParser:
         help="a declared situation the run may leave unreached and still pass",
     )
     try:
-        from radixkv.driver import replay
+        from radixkv.driver import drive
     except ImportError:  # radixkv's caches need torch; the kit and `radixkv check` do not
         return parser
 
-    replay.register_cache("sglang", replay.sglang_factory(_sglang_adapter))
-    replay.add_parser(commands)
+    drive.register_cache("sglang", drive.sglang_factory(_sglang_adapter))
+    drive.add_parser(commands)
     return parser
 
 

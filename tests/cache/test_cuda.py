@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from radixkv import KVIndexAllocator, RadixCache, RadixKey, UsageError, hash_token_ids
-from radixkv.driver.replay import no_host_sync, replay
+from radixkv.driver.drive import no_host_sync, replay
 from radixkv.driver.workload import WorkloadConfig, generate
 from tests.conftest import CacheFactory
 from tests.helpers import ids, live_nodes, path_tokens, requires_cuda

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from radixkv.driver.replay import replay
+from radixkv.driver.drive import replay
 from radixkv.driver.workload import KINDS, WorkloadConfig, generate, trace_digest
 
 

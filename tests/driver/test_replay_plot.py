@@ -14,7 +14,7 @@ from radixkv_conformance.cli import main
 
 from radixkv.driver import sweep as sweeps_module
 from radixkv.driver.caches import CACHES, RadixkvListReplay
-from radixkv.driver.replay import resolve_cache
+from radixkv.driver.drive import resolve_cache
 from radixkv.driver.sweep import (
     CacheSweep,
     cache_sweep,
@@ -120,7 +120,7 @@ def test_a_peer_by_module_and_factory_is_registered_under_its_name() -> None:
 
 BOTH_SGLANG_TREES = """
 from radixkv_conformance import cli
-from radixkv.driver.replay import resolve_cache
+from radixkv.driver.drive import resolve_cache
 from radixkv.driver.scheduler import replay
 from radixkv.driver.workload import WorkloadConfig, generate
 

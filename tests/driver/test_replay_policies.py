@@ -1,4 +1,4 @@
-"""``radixkv drive --policy`` and the hit-rate-per-policy sweep (radixkv.driver.replay)."""
+"""``radixkv drive --policy`` and the hit-rate-per-policy sweep (radixkv.driver.drive)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from radixkv import POLICIES
-from radixkv.driver import replay as driver
-from radixkv.driver.replay import cache_factory, policy_sweep, policy_table, replay
+from radixkv.driver import drive as driver
+from radixkv.driver.drive import cache_factory, policy_sweep, policy_table, replay
 from radixkv.driver.workload import WorkloadConfig, generate
 
 SMALL = WorkloadConfig(seed=1, requests=60, prompt_len=128)

@@ -18,7 +18,7 @@ before = list(warnings.filters)
 import {modules}
 print([f for f in warnings.filters if f not in before])  # the filters the import added
 """
-RADIXKV = ADDED.format(modules="radixkv, radixkv.driver.replay")
+RADIXKV = ADDED.format(modules="radixkv, radixkv.driver.drive")
 TORCH = ADDED.format(modules="torch")
 
 

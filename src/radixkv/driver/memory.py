@@ -45,7 +45,7 @@ def bytes_per_token(cache_name: str, cfg: WorkloadConfig, page_size: int = 1) ->
     The trace is generated first as compact arrays; each key handed to the cache is built
     fresh (new int objects for a list, else a new array), so whatever the
     cache keeps of it is counted. Run it in a fresh process for a clean figure
-    (``python -m radixkv.driver.replay --memory CACHE``).
+    (``python -m radixkv.driver.drive --memory CACHE``).
     """
     trace = [(array("q", r.full()), r.extra_key) for r in generate(cfg)]
     pool = ReplayPool(sum(len(a) for a, _ in trace))

@@ -1,5 +1,5 @@
 """The scheduler a replay plays, and ``replay``: drive one cache through a request trace
-the way a serving engine does, timing only the cache calls (see ``radixkv.driver.replay``
+the way a serving engine does, timing only the cache calls (see ``radixkv.driver.drive``
 for the steps of a request)."""
 
 from __future__ import annotations
@@ -136,7 +136,7 @@ def replay(
     policy: str | None = None,
     events: EventPublisher | None = None,
 ) -> ReplayReport:
-    """Drive ``cache_name`` through ``requests``; the steps are in ``radixkv.driver.replay``.
+    """Drive ``cache_name`` through ``requests``; the steps are in ``radixkv.driver.drive``.
 
     ``policy`` is radixkv's eviction policy (``None``: the cache's default, LRU). With
     ``events`` (radixkv's caches only) the cache reports its page changes to it, and

@@ -365,7 +365,7 @@ def _progress_bar(total: int) -> Callable[[int], None]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m radixkv.driver.replay --memory CACHE [seed requests prompt_len page_size]``.
+    """``python -m radixkv.driver.drive --memory CACHE [seed requests prompt_len page_size]``.
 
     CACHE is one of ``CACHES`` (register a peer cache first to measure it).
     """
