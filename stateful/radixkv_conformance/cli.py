@@ -478,7 +478,7 @@ def _replay(path: Path, target: str | None, profile_name: str | None, args: Any)
     document = load_trace(path)
     target = target or REPLAY_DEFAULT[document.get("mode", "plain")]
     factory, declared = load(target, args.option)
-    profile = _profile(profile_name, declared, PROFILES.get(document["semantics"]))
+    profile = _profile(profile_name, declared, PROFILES.get(document["profile"]))
     try:
         result = replay(document, factory, profile, known or None)  # default: the trace's
     except IllegalStep as illegal:

@@ -412,7 +412,7 @@ class ConformanceMachine(RuleBasedStateMachine):
         """The trace header of this run (FORMAT.md)."""
         header: dict[str, Any] = {
             "implementation": self.session.name,
-            "semantics": self.session.profile.name,
+            "profile": self.session.profile.name,
             "mode": self.mode,
             "page_size": self.page_size,
         }

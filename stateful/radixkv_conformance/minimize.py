@@ -24,6 +24,7 @@ from radixkv_conformance.machines import IllegalStep
 from radixkv_conformance.profile import Profile
 from radixkv_conformance.protocol import AdapterFactory
 from radixkv_conformance.replay import replay
+from radixkv_conformance.trace import upgraded
 
 Step = dict[str, Any]
 HANDLE_FIELDS = ("node", "lock")  # fields that name the step whose handle a step uses
@@ -40,8 +41,10 @@ def minimize(
     """The shortest trace found that still fails ``factory`` with the document's finding.
 
     Returns ``document`` itself if it does not fail that way on replay (nothing to shrink
-    against). ``budget_s`` bounds the replays; what was deleted by then stays deleted.
+    against); a shorter trace is in the format written now (``trace.upgraded``).
+    ``budget_s`` bounds the replays; what was deleted by then stays deleted.
     """
+    given, document = document, upgraded(document)
     acknowledged = tuple(document.get("known", ()) if known is None else known)
     target = document["failure"].get("finding")  # None in traces older than finding ids
     best: dict[str, Any] | None = None  # the document of the last replay that still failed
@@ -60,7 +63,7 @@ def minimize(
         return True
 
     if not fails(document["steps"]):
-        return document
+        return given
     steps = list(document["steps"])
     deadline = time.perf_counter() + budget_s
     chunk = max(1, len(steps) // 2)

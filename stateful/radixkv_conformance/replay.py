@@ -15,7 +15,7 @@ from radixkv_conformance.machines import ConformanceMachine, LockRef, NodeRef
 from radixkv_conformance.profile import PROFILES, Profile
 from radixkv_conformance.protocol import AdapterFactory
 from radixkv_conformance.registry import machine_for
-from radixkv_conformance.trace import decode
+from radixkv_conformance.trace import decode, upgraded
 
 
 @dataclass
@@ -35,7 +35,7 @@ class ReplayResult:
 
 def profile_of(document: dict[str, Any]) -> Profile:
     """The built-in profile a trace names (a profile of another module must be passed)."""
-    name = document["semantics"]
+    name = upgraded(document)["profile"]
     if name not in PROFILES:
         raise ValueError(
             f"the trace names profile {name!r}, which is not built in ({sorted(PROFILES)}): "

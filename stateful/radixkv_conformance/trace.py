@@ -16,7 +16,10 @@ from radixkv_conformance.findings import invariant_id
 Step = dict[str, Any]
 """One step of a run as a trace records it (FORMAT.md): its id, op, arguments, expect."""
 
-FORMAT = "radixkv-trace/1"
+FORMAT = "radixkv-trace/2"
+"""The format written. Version 2 names the profile ``profile``; version 1 called it
+``semantics``, and its traces are still read (``upgraded``)."""
+READ = ("radixkv-trace/1", FORMAT)
 
 
 def encode(value: Any) -> Any:
@@ -89,9 +92,18 @@ def write(document: dict[str, Any], path: Path) -> None:
 
 def load(path: Path | str) -> dict[str, Any]:
     document: dict[str, Any] = json.loads(Path(path).read_text())
-    if document.get("format") != FORMAT:
-        raise ValueError(f"{path}: not a {FORMAT} trace")
-    return document
+    if document.get("format") not in READ:
+        raise ValueError(f"{path}: not a radixkv trace (format {' or '.join(READ)})")
+    return upgraded(document)
+
+
+def upgraded(document: dict[str, Any]) -> dict[str, Any]:
+    """``document`` in the format written now: a version 1 trace's ``semantics`` is its
+    ``profile`` (the same document when it is one already)."""
+    if document.get("format") == FORMAT or "semantics" not in document:
+        return document
+    header = {k: v for k, v in document.items() if k not in ("format", "semantics")}
+    return {"format": FORMAT, "profile": document["semantics"], **header}
 
 
 def slug(label: str) -> str:

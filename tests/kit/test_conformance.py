@@ -191,7 +191,8 @@ def test_a_profile_defined_in_the_module_works_in_every_cli_mode(
     args = ["check", target, "--traces", str(tmp_path), "--max-failures", "1"]
     assert main(args) == 1
     (written,) = tmp_path.glob("*.json")
-    assert json.loads(written.read_text())["semantics"] == PROFILE.name
+    document = json.loads(written.read_text())
+    assert document["format"] == "radixkv-trace/2" and document["profile"] == PROFILE.name
     assert main(["check", "--replay", str(written), target]) == 1  # the finding again
     assert main(["check", "--replay", str(written)]) == 0  # radixkv's own cache holds
 

@@ -44,7 +44,7 @@ def test_vector_replays_to_its_recorded_outcome(path: Path, target: str, outcome
     document = load(path)
     factory, declared = _factory(target)
     # a peer's vector names the peer's own profile; radixkv's cache replays it under its own
-    profile = declared or PROFILES.get(document["semantics"], RADIXKV)
+    profile = declared or PROFILES.get(document["profile"], RADIXKV)
     # a vector past acknowledged findings names them (``known``); replay reads them itself
     result = replay(document, factory, profile)  # type: ignore[arg-type]  # an AdapterFactory by contract
     if outcome == "pass":
