@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from pathlib import Path
 from typing import Any, cast
@@ -17,7 +18,7 @@ from radixkv_conformance.adapters.radixkv import (
 )
 from radixkv_conformance.cli import main
 from radixkv_conformance.explore.sequences import explore, own_targets, target
-from radixkv_conformance.explore.states import Bounds, explore_states, parse_bounds
+from radixkv_conformance.explore.states import TREE, Bounds, explore_states, parse_bounds
 from radixkv_conformance.profile import RADIXKV
 from radixkv_conformance.protocol import Host
 from radixkv_conformance.replay import replay
@@ -45,6 +46,15 @@ def test_bounds_parse_and_print() -> None:
     assert parse_bounds(bounds.text()) == bounds
     with pytest.raises(LookupError):
         parse_bounds("colour=3")
+
+
+def test_a_preset_takes_changes_after_its_name() -> None:
+    """``--explore tree,memory=1``, as the adapter guide writes it: the preset, changed."""
+    changed = parse_bounds("tree,memory=1")
+    assert changed.memory == 1 and changed == dataclasses.replace(TREE, memory=1)
+    assert parse_bounds("tree") == TREE
+    with pytest.raises(LookupError, match="or a preset: tiny, ci, tree, large"):
+        parse_bounds("forest,memory=1")
 
 
 SOUNDNESS = {  # factory, depth: each canonical form against exploring every state

@@ -168,13 +168,14 @@ def _lengths(n: int) -> Callable[[int], Sequence[int]]:
 
 def parse_bounds(text: str, base: Bounds | None = None) -> Bounds:
     """``page=1+2,length=2,namespaces=2,locks=2,evict=1+all,depth=8`` (any subset, over
-    ``base``), or a preset's name (``PRESETS``); anything else is a ``LookupError`` that
-    names what is accepted."""
-    if text in PRESETS:
-        return PRESETS[text]
+    ``base``), a preset's name (``PRESETS``), or a preset's name and then changes to it
+    (``tree,memory=1``); anything else is a ``LookupError`` that names what is accepted."""
+    items = [item for item in text.split(",") if item]
     bounds = base or Bounds()
+    if items and items[0] in PRESETS:
+        bounds, items = PRESETS[items[0]], items[1:]
     names = sorted(f.name for f in dataclasses.fields(Bounds))
-    for item in filter(None, text.split(",")):
+    for item in items:
         key, sep, value = item.partition("=")
         key = ALIASES.get(key, key)
         if not sep or key not in names:
