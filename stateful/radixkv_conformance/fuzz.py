@@ -97,9 +97,10 @@ fuzzes with the default profile's database, whatever a test's own settings say."
 
 def _hypofuzz_reads_explain_comments() -> None:
     """HypoFuzz 25.11.1 copies ``slice_comments`` off the shrunk result before it stores a
-    failure; Hypothesis dropped that field (6.170 has none), so the fuzzer died at its first
+    failure; Hypothesis dropped that field (in 6.158), so the fuzzer died at its first
     failure without storing it (measured: ``hypothesis fuzz`` on ``examples/dict_cache.py``
     with its bug). The explain phase's comments are only printed: no comments is right."""
+    # private, with no public route: kit/pyproject.toml bounds Hypothesis to the range tested
     from hypothesis.internal.conjecture.data import ConjectureResult
 
     if not hasattr(ConjectureResult, "slice_comments"):

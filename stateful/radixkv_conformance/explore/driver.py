@@ -13,6 +13,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
+# Private names (no public route does their jobs: a test context outside a test, an empty
+# pool of local constants): kit/pyproject.toml bounds Hypothesis to the range CI tests them
+# on, both ends (tox -e hypothesis-range; tests/kit/test_hypothesis_range.py)
 from hypothesis.control import BuildContext
 from hypothesis.internal.conjecture import providers
 from hypothesis.internal.conjecture.data import ConjectureData
