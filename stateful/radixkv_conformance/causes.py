@@ -42,6 +42,14 @@ def shape(document: dict[str, Any]) -> Hashable:
     return document["failure"].get("finding"), runs
 
 
+def finding_of(document: dict[str, Any], name: str) -> str:
+    """The finding id a trace acknowledges (``ValueError`` naming ``name`` if it has none)."""
+    fid = document.get("failure", {}).get("finding")
+    if not isinstance(fid, str):
+        raise ValueError(f"--known {name}: a trace with no finding id (FORMAT.md 'failure')")
+    return fid
+
+
 @dataclass
 class Causes:
     """The acknowledged traces, by finding id, and the runs that hit their ids since the
@@ -53,16 +61,10 @@ class Causes:
 
     def acknowledge(self, document: dict[str, Any], name: str) -> str:
         """Acknowledge ``document``'s cause; its finding id is returned."""
-        fid = document.get("failure", {}).get("finding")
-        if not isinstance(fid, str):
-            raise ValueError(f"--known {name}: a trace with no finding id (FORMAT.md 'failure')")
+        fid = finding_of(document, name)
         self.shapes.setdefault(fid, set()).add(shape(document))
         self.names.setdefault(fid, name)
         return fid
-
-    @property
-    def ids(self) -> frozenset[str]:
-        return frozenset(self.shapes)
 
     def wants(self, fid: str, steps: int) -> bool:
         """Whether a run that hit ``fid`` after ``steps`` steps is among the shortest."""

@@ -140,6 +140,7 @@ def _known(values: Sequence[str]) -> tuple[list[str], list[tuple[str, dict[str, 
     """``--known`` values: finding ids, and traces (a ``.json`` path) acknowledged by cause
     (``causes.py``); a trace's id is also acknowledged, where a mode judges by id only (the
     exhaustive and state explorations, a replay)."""
+    from radixkv_conformance.causes import finding_of
     from radixkv_conformance.trace import load as load_trace
 
     ids, traces = [], []
@@ -148,11 +149,14 @@ def _known(values: Sequence[str]) -> tuple[list[str], list[tuple[str, dict[str, 
             ids.append(value)
             continue
         document = load_trace(value)  # a missing or broken file: a usage error
-        fid = document.get("failure", {}).get("finding")
-        if not isinstance(fid, str):
-            raise ValueError(f"--known {value}: a trace with no finding id (FORMAT.md 'failure')")
+        finding_of(document, value)  # one without a finding id, too
         traces.append((Path(value).name, document))
     return ids, traces
+
+
+def _known_ids(args: Any) -> list[str]:
+    """Every id ``--known`` names, a trace's included (for the modes that judge by id)."""
+    return [*args.known, *(d["failure"]["finding"] for _, d in args.known_traces)]
 
 
 def _hypothesis_home_outside_the_folder() -> None:
@@ -454,7 +458,7 @@ def _explore(target: str | None, profile_name: str | None, args: Any) -> int:
     """``--exhaustive N`` or ``--states BOUNDS``: radixkv's caches, or the one named."""
     from radixkv_conformance.explore import sequences, states
 
-    known = [*args.known, *(d["failure"]["finding"] for _, d in args.known_traces)]
+    known = _known_ids(args)
     explored = sequences.own_targets(known)
     if target is not None:
         factory, declared = load(target, args.option)
@@ -473,7 +477,7 @@ def _replay(path: Path, target: str | None, profile_name: str | None, args: Any)
     from radixkv_conformance.replay import replay
     from radixkv_conformance.trace import load as load_trace
 
-    known = [*args.known, *(d["failure"]["finding"] for _, d in args.known_traces)]
+    known = _known_ids(args)
     out = args.minimize
     document = load_trace(path)
     target = target or REPLAY_DEFAULT[document.get("mode", "plain")]

@@ -422,9 +422,9 @@ class ConformanceMachine(RuleBasedStateMachine):
 
     def acknowledge(self, fid: str) -> None:
         self.session.stats[f"acknowledged: {fid}"] += 1
-        first = all(known != fid for _, known in self.acknowledged)
-        self.acknowledged.append((len(self.trace) - 1, fid))
         causes = self.session.causes
+        first = causes is not None and all(known != fid for _, known in self.acknowledged)
+        self.acknowledged.append((len(self.trace) - 1, fid))
         if causes is not None and first and causes.wants(fid, len(self.trace)):
             # a run to this hit, kept to tell whether its cause is the acknowledged one
             others = self.session.known - {fid}
