@@ -14,7 +14,8 @@ breaks a rule:
 * INV-42 each stored hash is ``hash_to_int64`` of the spec's page hash (§9) of its
   namespace and root path, chained from the parent page;
 * INV-43 (checked by the caller, e.g. the kit): after every operation, the rebuilt
-  positions equal the cache's.
+  positions equal the cache's; for the stream a router receives after the engine's filter,
+  the cache's less the pages a router is not told (``router_told``, ``told_positions``).
 
 Records come in their wire form, decoded by field name: a map tagged ``type`` (what vLLM
 0.33, sglang 0.5.23 and radixkv send), or a tagged array — the tag, then the fields in the
@@ -29,7 +30,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Final, Literal
 
 from radixkv_spec.hashing import hash_to_int64, hash_token_ids, namespace_seed, page_hashes
 from radixkv_spec.invariants import holds
@@ -365,6 +366,38 @@ class EventStreamModel:
         return Counter(page.path for page in self.pages.values())
 
 
+ROUTER_TOKEN_LIMIT: Final = 2**32
+"""Token ids a router is told lie below this: Dynamo reads a token id as unsigned 32-bit."""
+
+
+def router_told(ns: Namespace, path: Sequence[Token]) -> bool:
+    """Whether a router is told of the page ending ``path`` (its root path) in namespace
+    ``ns`` (SPEC.md, "KV events", "What a router is not told").
+
+    Not in the ``""`` namespace: vLLM and Dynamo read an empty salt as none, so its pages
+    would land on the ``None`` namespace's. Every token on the path a plain ``int`` id below
+    ``2**32``: Dynamo reads ids as u32, vLLM's schema has no bigram (tuple) token, and a
+    bool is not an id on the wire. A page is told only with every page above it (its
+    chain's hashes start at the root), so the told pages are prefix-closed. (The parameter
+    is ``ns``: CrossHair misreads a condition that names a parameter ``namespace``.)
+
+    post: __return__ == (ns != "" and all(type(t) is int and 0 <= t < 2**32 for t in path))
+    post: not __return__ or all(router_told(ns, path[:n]) for n in range(len(path)))
+    """
+    # type(...) is int: a bool is an int to Python but not a token id a router reads
+    return ns != "" and all(
+        type(token) is int and 0 <= token < ROUTER_TOKEN_LIMIT for token in path
+    )
+
+
+def told_positions(
+    positions: Iterable[tuple[Namespace, Sequence[Token]]],
+) -> set[tuple[Namespace, PagePath]]:
+    """The pages a router's view of a worker must equal: the worker's cached ``positions``
+    less those it is not told (``router_told``), which the engine's filter keeps out."""
+    return {(ns, tuple(path)) for ns, path in positions if router_told(ns, path)}
+
+
 def expected_page_set(
     positions: Iterable[tuple[Namespace, Sequence[Token]]], page_size: int
 ) -> frozenset[int]:
@@ -406,6 +439,7 @@ def _prior(
 __all__ = [
     "CLEARED",
     "REMOVED",
+    "ROUTER_TOKEN_LIMIT",
     "STORED",
     "TAG",
     "BlockHash",
@@ -419,4 +453,6 @@ __all__ = [
     "block_hash_of",
     "expected_page_set",
     "parse_record",
+    "router_told",
+    "told_positions",
 ]

@@ -18,7 +18,8 @@ from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from radixkv_spec.tokens import Namespace, Position, Token, extends
+from radixkv_spec.events import router_told
+from radixkv_spec.tokens import Namespace, PagePath, Position, Token, extends
 
 
 class SpecState(Protocol):
@@ -72,6 +73,7 @@ class Transition:
     handle_evicted: bool = False
     splits: frozenset[Position] = frozenset()
     amount: int = 0  # an eviction's target in tokens
+    found: int | None = None  # the tokens the spec's match returned (None: not a match)
 
 
 @dataclass(frozen=True)
@@ -256,6 +258,19 @@ def _removal_after_split(t: Transition) -> bool:
     return t.op == "evict" and any(parent_of(q, t.page_size) in t.splits for q in removed(t))
 
 
+def _untold_token(path: PagePath) -> bool:
+    """A token on ``path`` a router is not told (namespace aside: ``None`` is told)."""
+    return not router_told(None, path)
+
+
+def _insert_untold_token(t: Transition) -> bool:
+    """An insert caches a page whose root path holds a token a router is not told: the
+    engine's filter must keep it out, and every page that later comes below it."""
+    if t.op != "insert" or t.rejected:
+        return False
+    return any(_untold_token(path) for _, path in t.after.pages - t.before.pages)
+
+
 # ---- sliding window ---------------------------------------------------------------------------
 
 
@@ -365,6 +380,12 @@ SITUATIONS: tuple[Situation, ...] = (
         ("hashing", "events"),
         "an eviction removes a page below a split point (its hash, its BlockRemoved)",
         _removal_after_split,
+    ),
+    Situation(
+        "router-untold-token",
+        "router_events",
+        "an insert caches a page whose root path holds a token a router is not told",
+        _insert_untold_token,
     ),
     Situation(
         "insert-evicts-for-room",

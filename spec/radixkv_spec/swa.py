@@ -28,6 +28,11 @@ from radixkv_spec.policies import LRU_LEAVES, PLAIN_MODEL_ONLY, LeafFacts, Victi
 from radixkv_spec.tokens import Namespace, PagePath, Position, Token, aligned, extends
 
 DeadInsert: TypeAlias = Literal["dropped", "tombstoned"]
+WindowTombstones: TypeAlias = Literal["stop", "count", "skip"]
+"""What a lock's SWA window does at a tombstone on its way up: ``"stop"`` (radixkv: nothing
+above it is in the window), ``"count"`` (sglang 0.5.23: the window is W positions, the
+tombstone's tokens count toward it and the walk goes on) or ``"skip"`` (pymllm: passed over
+uncounted, the walk goes on until W live tokens). A tombstone itself is never SWA-locked."""
 
 
 def window_holds(tombstoned: Sequence[bool], page_size: int, window: int) -> bool:
@@ -44,6 +49,113 @@ def window_holds(tombstoned: Sequence[bool], page_size: int, window: int) -> boo
         return True
     last = len(tombstoned) - 1 - tombstoned[::-1].index(True)
     return (len(tombstoned) - 1 - last) * page_size >= window
+
+
+def handle_window(
+    ns: Namespace,
+    path: PagePath,
+    tombstones: AbstractSet[Position],
+    page_size: int,
+    window: int | None,
+    through: WindowTombstones = "stop",
+) -> set[Position]:
+    """The live pages one lock at ``(ns, path)`` keeps SWA KV for, page by page: from its
+    last page up while fewer than ``window`` tokens are covered (``None``: no bound), a
+    tombstone met as ``through`` says. Page by page, the least any cache's nodes give
+    (``window``) and, without a bound, the most (INV-21).
+
+    pre: page_size >= 1 and (window is None or window >= 1)
+    post: all(q[0] == ns and extends(path, q[1]) and q not in tombstones for q in __return__)
+    """
+    kept: set[Position] = set()
+    covered = 0
+    for q in reversed(page_prefixes(path, page_size)):
+        position = (ns, q)
+        if window is not None and covered >= window:
+            break
+        if position in tombstones:
+            if through == "stop":
+                break
+            covered += page_size if through == "count" else 0
+            continue
+        kept.add(position)
+        covered += page_size
+    return kept
+
+
+def node_spans(path: PagePath, node_starts: Sequence[int]) -> list[tuple[int, int]]:
+    """The ``(start, end)`` token offsets of each node along ``path``, root first.
+
+    pre: all(0 <= s < len(path) for s in node_starts)
+    pre: list(node_starts) == sorted(set(node_starts))
+    post: [start for start, _ in __return__] == list(node_starts)
+    """
+    ends = [*node_starts[1:], len(path)] if node_starts else []
+    return list(zip(node_starts, ends, strict=True))
+
+
+def nodes_are_whole(
+    ns: Namespace,
+    path: PagePath,
+    node_starts: Sequence[int],
+    tombstones: AbstractSet[Position],
+    page_size: int,
+) -> bool:
+    """Whether each node along ``path`` is all tombstone or all live, as a cache's nodes are.
+
+    pre: page_size >= 1
+    pre: all(0 <= s < len(path) for s in node_starts)
+    pre: list(node_starts) == sorted(set(node_starts))
+    """
+    pages = page_prefixes(path, page_size)
+    return all(
+        len({(ns, q) in tombstones for q in pages[start // page_size : end // page_size]}) <= 1
+        for start, end in node_spans(path, node_starts)
+    )
+
+
+def exact_window(
+    ns: Namespace,
+    path: PagePath,
+    node_starts: Sequence[int],
+    tombstones: AbstractSet[Position],
+    page_size: int,
+    window: int,
+    through: WindowTombstones = "stop",
+) -> frozenset[Position]:
+    """The pages one lock at ``(ns, path)`` SWA-locks, where the cache's nodes along ``path``
+    begin at the token offsets ``node_starts`` (INV-21, exact where the engine shows them).
+
+    Whole nodes from the locked one (the last) upward, each while fewer than ``window``
+    tokens are covered below it; a tombstone node (its pages are ``tombstones``) ends the
+    walk, or is passed over, as ``through`` says. Engines lock whole nodes, so a lock covers
+    its last W tokens and the rest of the node they begin in, and nothing more. Fixed at
+    lock time: a later split moves no token, and the unlock releases the same pages.
+
+    pre: page_size >= 1 and window >= 1
+    pre: len(path) % page_size == 0
+    pre: list(node_starts) == sorted(set(node_starts))
+    pre: (not path and not node_starts) or list(node_starts[:1]) == [0]
+    pre: all(s % page_size == 0 and 0 <= s < len(path) for s in node_starts)
+    pre: nodes_are_whole(ns, path, node_starts, tombstones, page_size)
+    post: handle_window(ns, path, tombstones, page_size, window, through) <= __return__
+    post: __return__ <= handle_window(ns, path, tombstones, page_size, None, through)
+    """
+    pages = page_prefixes(path, page_size)
+    kept: set[Position] = set()
+    covered = 0
+    for start, end in reversed(node_spans(path, node_starts)):
+        node = {(ns, q) for q in pages[start // page_size : end // page_size]}
+        if covered >= window:
+            break
+        if node & tombstones:
+            if through == "stop":
+                break
+            covered += end - start if through == "count" else 0
+            continue
+        kept |= node
+        covered += end - start
+    return frozenset(kept)
 
 
 @dataclass
@@ -67,12 +179,15 @@ class SlidingWindowModel:
         victims: VictimOrder = LRU_LEAVES,
         dead_insert: DeadInsert = "dropped",
         tombstone_locks: bool = False,
+        window_tombstones: WindowTombstones = "stop",
     ) -> None:
         """``dead_insert``: what an insert does with new pages that all lie before
         ``swa_evicted`` (no SWA KV left for any of them): ``"dropped"`` (not cached, the
         cache frees their indices) or ``"tombstoned"`` (cached as tombstones, sglang).
         ``tombstone_locks``: a lock may end at a tombstone (sglang); it holds the full KV
-        of its path and no SWA window (none is left at its end)."""
+        of its path and, unless ``window_tombstones`` walks on past a tombstone, no SWA
+        window (none is left at its end). ``window_tombstones``: what a lock's window does
+        at a tombstone (``WindowTombstones``)."""
         # The SWA model knows recency only (no hits, births or priorities) and widens no
         # insert's recency
         require(victims not in PLAIN_MODEL_ONLY, f"the SWA model cannot judge {victims.name}")
@@ -81,6 +196,7 @@ class SlidingWindowModel:
         self.victims = victims
         self.dead_insert = dead_insert
         self.tombstone_locks = tombstone_locks
+        self.window_tombstones: WindowTombstones = window_tombstones
         self.pages: dict[Namespace, dict[PagePath, tuple[int, ...]]] = {}
         self.tombstones: set[Position] = set()
         self.handles: Counter[Position] = Counter()
@@ -127,24 +243,37 @@ class SlidingWindowModel:
         return self.handles[(ns, tuple(prefix))]
 
     def minimum_windows(self) -> set[Position]:
-        """Pages every lock must keep SWA KV for: the last W live tokens above each handle."""
+        """Pages every lock must keep SWA KV for: the last W live tokens above each handle
+        (up to a tombstone, or past it as ``window_tombstones`` says)."""
         return self._windows(self.window)
 
     def maximum_windows(self) -> set[Position]:
         """Pages a lock may keep SWA KV for: the live pages above each handle up to the first
-        tombstone (a cache locks whole nodes, so past W, but never through a tombstone)."""
+        tombstone (a cache locks whole nodes, so past W, but never through a tombstone),
+        or every live page above it where the window walks on past tombstones."""
         return self._windows(None)
+
+    def exact_window(
+        self, ns: Namespace, path: Sequence[Token], node_starts: Sequence[int]
+    ) -> frozenset[Position]:
+        """The pages a lock taken now at ``(ns, path)`` SWA-locks, the cache's nodes along
+        ``path`` beginning at ``node_starts`` (``exact_window``, this model's tombstones)."""
+        return exact_window(
+            ns,
+            tuple(path),
+            node_starts,
+            self.tombstones,
+            self.page_size,
+            self.window,
+            self.window_tombstones,
+        )
 
     def _windows(self, window: int | None) -> set[Position]:
         kept: set[Position] = set()
         for ns, path in self.handles:
-            covered = 0
-            for q in reversed(page_prefixes(path, self.page_size)):
-                position = (ns, q)
-                if position in self.tombstones or (window is not None and covered >= window):
-                    break
-                kept.add(position)
-                covered += self.page_size
+            kept |= handle_window(
+                ns, path, self.tombstones, self.page_size, window, self.window_tombstones
+            )
         return kept
 
     def total_size(self) -> int:

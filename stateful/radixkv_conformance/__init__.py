@@ -16,10 +16,9 @@ adapters of torch-based caches do (``radixkv_conformance.adapters``).
 from radixkv_conformance.conformance import (
     ConformanceError,
     ConformanceReport,
-    Failure,
     run_conformance,
 )
-from radixkv_conformance.findings import Finding
+from radixkv_conformance.findings import Failure, Finding
 from radixkv_conformance.fuzz import fuzz_test
 from radixkv_conformance.machines import ConformanceMachine
 from radixkv_conformance.minimize import minimize

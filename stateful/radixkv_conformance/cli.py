@@ -42,9 +42,10 @@ from pathlib import Path
 from typing import Any
 
 from radixkv_conformance.coverage import check_names
+from radixkv_conformance.findings import Failure, finding_lines
 from radixkv_conformance.protocol import AdapterBroken, AdapterError
 from radixkv_conformance.targets import OWN, REPLAY_DEFAULT, load
-from radixkv_conformance.trace import slug, write
+from radixkv_conformance.trace import file_label, write
 
 SETTINGS_PROFILES = ("ci", "dev", "thorough")
 PASSED, FAILED, USAGE, INCOMPLETE, BROKEN_ADAPTER = 0, 1, 2, 3, 4  # exit statuses (module doc)
@@ -443,14 +444,14 @@ def _worker_started() -> None:
     _hypothesis_home_outside_the_folder()
 
 
-def _show_finding(label: str, target: str, traces: Path, found: list[Any], failure: Any) -> None:
+def _show_finding(
+    label: str, target: str, traces: Path, found: list[Failure], failure: Failure
+) -> None:
     """Each finding as soon as it is minimized, with its trace."""
     found.append(failure)
-    path = traces / f"{slug(label)}-{len(found)}.json"
+    path = traces / f"{file_label(label)}-{len(found)}.json"
     write(failure.trace, path)
-    print(f"{label}: finding {len(found)} [{failure.finding}]: {failure.message}")
-    if failure.came_past():
-        print(f"  {failure.came_past()}")
+    print("\n".join(finding_lines(failure, len(found), "found", label)))
     print(f"  trace: {path}  (radixkv check --replay {path} {target})", flush=True)
 
 

@@ -40,13 +40,12 @@ from hypothesis.stateful import get_state_machine_test
 from radixkv_conformance.causes import Causes
 from radixkv_conformance.coverage import Coverage
 from radixkv_conformance.explore.driver import draws_independent_of_loaded_modules
-from radixkv_conformance.explore.sequences import ShortestFinding
 from radixkv_conformance.explore.states import Bounds, StatesReport, explore_states
-from radixkv_conformance.findings import Finding, flatten, invariant_id
+from radixkv_conformance.findings import Failure, Finding, finding_lines, flatten
 from radixkv_conformance.fuzz import machine_name
 from radixkv_conformance.machines import ConformanceMachine
 from radixkv_conformance.minimize import minimize
-from radixkv_conformance.profile import RADIXKV, Profile, describe
+from radixkv_conformance.profile import RADIXKV, Profile, policy_lines
 from radixkv_conformance.protocol import (
     CAPABILITIES,
     AdapterError,
@@ -67,39 +66,6 @@ NOT_RULES = (
 
 class ConformanceError(AssertionError):
     """Raised by ``ConformanceReport.raise_for_failures``; its message is the report."""
-
-
-@dataclass
-class Failure:
-    """One distinct finding: its id, the check that failed, its message, its shrunk trace."""
-
-    finding: str
-    check: str
-    message: str
-    trace: dict[str, Any]
-
-    @property
-    def invariant(self) -> str | None:
-        return invariant_id(self.message)
-
-    def came_past(self) -> str:
-        """The acknowledged findings its run hit first (often its causes), or ''."""
-        hits = [
-            f"{hit['finding']} at step {hit['step']}" for hit in self.trace.get("came_past", ())
-        ]
-        return f"came past acknowledged {', '.join(hits)}" if hits else ""
-
-    def steps_text(self) -> list[str]:
-        """The shrunk step sequence, one line per step."""
-        window = self.trace.get("sliding_window")
-        head = f"page_size={self.trace['page_size']}" + (f" window={window}" if window else "")
-        lines = [head]
-        for step in self.trace["steps"]:
-            args = {k: v for k, v in step.items() if k not in ("id", "op", "expect", "observed")}
-            shown = ", ".join(f"{k}={v!r}" for k, v in args.items())
-            expect = f"  -> expect {step['expect']}" if "expect" in step else ""
-            lines.append(f"#{step['id']} {step['op']}({shown}){expect}")
-        return lines
 
 
 @dataclass
@@ -171,7 +137,7 @@ class ConformanceReport:
             f"runs {s['runs']}, steps {s['steps']}, invariant checks {s['invariant checks']}, "
             f"searches {self.searches}{budget}",
             f"    capabilities: {', '.join(sorted(self.capabilities)) or 'core only'}",
-            f"    policies: {', '.join(describe(self.profile, self.capabilities))}",
+            f"    policies: {', '.join(policy_lines(self.profile, self.capabilities))}",
         ]
         if self.profile.notes:
             lines.append(f"    profile notes: {self.profile.notes}")
@@ -189,15 +155,18 @@ class ConformanceReport:
                 "and declares no 'capacity' is never refused; declare it and raise NoRoom "
                 "(docs/adapters.md), or accept it with --uncovered-ok alloc-refused"
             )
+        if "swa" in self.capabilities and "node_boundaries" not in self.capabilities:
+            lines.append(
+                "    SWA locks judged as a range (a lock's last W tokens up to the path's first "
+                "tombstone): the adapter reports no node boundaries (capability "
+                "node_boundaries, docs/adapters.md)"
+            )
         for reason, n in self.skips.items():
             lines.append(f"    skipped: {reason}" + (f" ({n}x)" if n else ""))
         for fid, n in self.acknowledged.items():
             lines.append(f"    acknowledged (--known): {fid} — hit {n}x, recorded, runs went on")
         for i, failure in enumerate(self.failures, 1):
-            lines.append(f"  finding {i} [{failure.finding}]: {failure.check}: {failure.message}")
-            if failure.came_past():
-                lines.append(f"      ({failure.came_past()})")
-            lines += [f"      {line}" for line in failure.steps_text()]
+            lines += finding_lines(failure, i, "report")
         return "\n".join(lines)
 
     def raise_for_failures(self) -> None:
@@ -245,7 +214,8 @@ def run_conformance(
     ``budget`` seconds are spent the search goes on with the next seed, every declared
     situation (``radixkv_spec.situations``) reached or not: a budget is the time the user
     gave. Those further searches favour runs that reach the least-visited situations and
-    the least-run pairs of consecutive operations (``ConformanceMachine.teardown``).
+    the least-run pairs of consecutive outcomes and the decisive situations
+    (``radixkv_spec.cross``, ``ConformanceMachine.teardown``).
     Without a budget there is one search (and one more past each batch of findings).
     ``uncovered_ok`` names situations the report may leave unreached without calling the
     run incomplete.
@@ -292,8 +262,10 @@ def run_conformance(
                 on_failure(report.failures[-1])
 
     stage = on_stage or (lambda _: None)
-    situations = machine("Machine").session.situations
-    report.coverage = Coverage(situations, accepted=frozenset(uncovered_ok))
+    session = machine("Machine").session
+    report.coverage = Coverage(
+        session.situations, accepted=frozenset(uncovered_ok), decisive=session.decisive
+    )
     if database is not None:
         stage("replaying the examples a fuzz run stored in the database")
         stored = _replay_stored(machine("Machine"), database, settings)
@@ -313,11 +285,9 @@ def run_conformance(
         acknowledged.update(failure.finding for failure in report.failures)
         report_other_causes()
     draw, examples = seed, None
-    pairs: Counter[str] = Counter()
     while len(report.failures) < max_failures and not (report.searches and over_budget()):
         searched = machine("Machine")
-        searched.session.coverage = report.coverage.counts  # every search adds to one count
-        searched.session.pairs = pairs  # ... and one tally of operation pairs
+        searched.session.coverage = report.coverage.counts  # every search adds to one tally
         searched.session.steer = report.searches > 0
         stage(_search_stage(report, draw))
         search_started = time.perf_counter()
@@ -373,7 +343,7 @@ def _search_stage(report: ConformanceReport, draw: int | None) -> str:
     if not report.searches:
         return f"searching from {seed}"
     chase = "unreached situations" if not report.complete else "the least-visited situations"
-    chase += " and operation pairs"
+    chase += ", decisive situations and outcome pairs"
     return f"search {report.searches + 1} from {seed}, steered to {chase}"
 
 
@@ -399,14 +369,14 @@ def _explore(
     over as found) goes into the report once; the situations reached count."""
     machine.session.coverage = report.coverage.counts
 
-    def found(finding: ShortestFinding) -> None:
-        if any(failure.finding == finding.id for failure in report.failures):
+    def found(shortest: Failure) -> None:
+        if any(failure.finding == shortest.finding for failure in report.failures):
             return  # an earlier stage found it, as short or shorter
         if len(report.failures) >= max_failures:
             return
-        if finding.trace is None:  # the kit's machines trace every finding
-            raise RuntimeError(f"{finding.id}: the exploration kept no trace")
-        report.failures.append(Failure(finding.id, finding.check, finding.message, finding.trace))
+        if not shortest.trace:  # the kit's machines trace every finding
+            raise RuntimeError(f"{shortest.finding}: the exploration kept no trace")
+        report.failures.append(shortest)
         if on_failure is not None:
             on_failure(report.failures[-1])
 

@@ -16,6 +16,9 @@ from copy import deepcopy
 from dataclasses import dataclass, field
 from typing import Any
 
+from radixkv_spec.cross import DECISIVE, NEAR, START, Decisive, Recencies, Since, outcome, pair
+from radixkv_spec.cross import after as since_after
+from radixkv_spec.cross import reached as decisive_reached
 from radixkv_spec.situations import (
     BY_NAME,
     Situation,
@@ -31,40 +34,44 @@ from radixkv_conformance.trace import Step
 
 
 class Probe:
-    """The situations one run reaches, step by step."""
+    """The situations one run reaches, step by step, and its cross coverage
+    (``radixkv_spec.cross``): each two consecutive outcomes, counted as ``pair:A > B``, and
+    the decisive situations, counted by name, in the same tally as the situations."""
 
     def __init__(
         self,
         page_size: int,
         watched: Sequence[Situation],
         counts: Counter[str],
-        pairs: Counter[str] | None = None,
+        decisive: tuple[Decisive, ...] = DECISIVE,
     ):
         self.page_size = page_size
         self.watched = watched
-        self.counts = counts
-        self.pairs: Counter[str] = Counter() if pairs is None else pairs  # "op>op": the tally
-        self.seen: set[str] = set()  # reached in this run
-        self.seen_pairs: set[str] = set()  # operation pairs of this run
-        self.last_op = "start"
+        self.decisive = decisive
+        self.counts = counts  # the session's tally: situations, decisive ones, pairs
+        self.seen: set[str] = set()  # situations and decisive ones reached in this run
+        self.seen_pairs: set[str] = set()  # outcome pairs of this run
+        self.last = START  # the outcome of the run's last step
+        self.since = Since()
         self.splits: set[Position] = set()
-        self._open: tuple[Step, View] | None = None
+        self._open: tuple[Step, View, Recencies] | None = None
+        self._bad: str | None = None  # the open step is a bad call of this operation
         self.handle: Position | None = None
         self.handle_evicted = False
 
     def __deepcopy__(self, memo: dict[int, Any]) -> Probe:
         """A copy of a run (the state explorer forks runs) counts into the same tally."""
-        copy = Probe(self.page_size, self.watched, self.counts, self.pairs)
+        copy = Probe(self.page_size, self.watched, self.counts, self.decisive)
         copy.seen, copy.splits = set(self.seen), set(self.splits)
-        copy.seen_pairs, copy.last_op = set(self.seen_pairs), self.last_op
-        copy._open, copy.handle = deepcopy(self._open, memo), self.handle
-        copy.handle_evicted = self.handle_evicted
+        copy.seen_pairs, copy.last, copy.since = set(self.seen_pairs), self.last, self.since
+        copy._open, copy._bad = deepcopy(self._open, memo), self._bad
+        copy.handle, copy.handle_evicted = self.handle, self.handle_evicted
         return copy
 
     def __eq__(self, other: object) -> bool:
-        """Two runs' probes are alike when what they count next is alike: the operation
-        pairs a run has gone through only steer the search (the sequence explorer's no-op
-        test compares machines with this)."""
+        """Two runs' probes are alike when what they count next is alike: the outcome pairs
+        a run has gone through only steer the search (the sequence explorer's no-op test
+        compares machines with this)."""
         if not isinstance(other, Probe):
             return NotImplemented
         return self._compared() == other._compared()
@@ -76,8 +83,10 @@ class Probe:
             self.page_size,
             self.watched,
             self.seen,
+            self.since,
             self.splits,
             self._open,
+            self._bad,
             self.handle,
             self.handle_evicted,
         )
@@ -85,59 +94,97 @@ class Probe:
     def open(self, step: Step, model: Any, before: View | None = None) -> None:
         """A step starts: the model's view before it (``before``, where the caller has it:
         the view ``close`` just took of the same model)."""
-        pair = f"{self.last_op}>{step['op']}"
-        self.pairs[pair] += 1
-        self.seen_pairs.add(pair)
-        self.last_op = step["op"]
-        watched = self.watched and "bad" not in step
-        self._open = (step, view_of(model) if before is None else before) if watched else None
         self.handle, self.handle_evicted = None, False
+        if "bad" in step:  # a bad call: its outcome is that; no view, no situation
+            self._open, self._bad = None, step["op"]
+            return
+        # the recency an eviction's decisive situations compare with: the model's, now
+        recency = dict(model.recency) if step["op"] == "evict" else {}
+        self._open = (step, view_of(model) if before is None else before, recency)
 
     def close(self, model: Any) -> View | None:
         """The open step is over: count what it reached; the model's view after it."""
+        if self._bad is not None:
+            self._count_pair(f"{self._bad}:bad")
+            self._bad = None
         if self._open is None:
             return None
-        step, before = self._open
+        step, before, recency = self._open
         self._open = None
         after = view_of(model)
-        transition = Transition(
+        transition = self._transition(step, before, after)
+        for name in reached(transition, self.watched):
+            self._reach(name)
+        for name in decisive_reached(transition, self.since, recency, self.decisive):
+            self._reach(name)
+        self._count_pair(outcome(transition))
+        self.since = since_after(transition, self.since, getattr(model, "recency", {}))
+        split = ends_mid_path(transition) if transition.op in ("match", "insert") else None
+        if split is not None:
+            self.splits.add(split)
+        return after
+
+    def _transition(self, step: Step, before: View, after: View) -> Transition:
+        expect = step.get("expect", {})
+        found = len(expect["indices"]) if "indices" in expect else None
+        return Transition(
             op=step["op"],
             before=before,
             after=after,
             page_size=self.page_size,
             namespace=step.get("namespace"),
             tokens=tuple(step.get("tokens", ())),
-            rejected=bool(step.get("expect", {}).get("rejected")),
+            rejected=bool(expect.get("rejected")),
             handle=self.handle,
             handle_evicted=self.handle_evicted,
             splits=frozenset(self.splits),
             amount=int(step.get("num_tokens", 0)),
+            found=found,
         )
-        for name in reached(transition, self.watched):
-            self.counts[name] += 1
-            self.seen.add(name)
-        split = ends_mid_path(transition) if transition.op in ("match", "insert") else None
-        if split is not None:
-            self.splits.add(split)
-        return after
+
+    def _reach(self, name: str) -> None:
+        self.counts[name] += 1
+        self.seen.add(name)
+
+    def _count_pair(self, current: str) -> None:
+        name = PAIR + pair(self.last, current)
+        self.counts[name] += 1
+        self.seen_pairs.add(name)
+        self.last = current
 
     def rarity(self) -> float:
-        """How rare this run's situations are so far: the search's target (``teardown``)."""
-        return sum(1.0 / (1 + self.counts[name]) for name in self.seen)
+        """How rare this run's situations (decisive ones too) are so far: the search's
+        target (``teardown``). A near miss of a decisive situation never reached scores
+        too, less than reaching it: the way there."""
+        return sum(self._weight(name) for name in self.seen)
+
+    def _weight(self, name: str) -> float:
+        if name.startswith(NEAR):
+            missed = not self.counts[name[len(NEAR) :]]
+            return 0.5 / (1 + self.counts[name]) if missed else 0.0
+        return 1.0 / (1 + self.counts[name])
 
     def pair_rarity(self) -> float:
-        """How rare this run's pairs of consecutive operations are (an insert right after
-        an eviction, a reset after a lock, ...): what no situation names, steered to too."""
-        return sum(1.0 / (1 + self.pairs[pair]) for pair in self.seen_pairs)
+        """How rare this run's pairs of consecutive outcomes are (an insert that evicted
+        right after an eviction that freed nothing, ...): what no situation names, steered
+        to too."""
+        return sum(1.0 / (1 + self.counts[name]) for name in self.seen_pairs)
+
+
+PAIR = "pair:"
+"""The prefix of an outcome pair's name in the tally (situations have none)."""
 
 
 @dataclass
 class Coverage:
-    """Each declared situation with how often the check reached it."""
+    """Each declared situation with how often the check reached it, and beside them the
+    cross coverage: decisive situations and outcome pairs (``radixkv_spec.cross``), which
+    steer the search but never make a pass incomplete."""
 
     declared: tuple[Situation, ...] = ()
     counts: Counter[str] = field(default_factory=Counter)
     accepted: frozenset[str] = frozenset()  # --uncovered-ok: left unreached knowingly
+    decisive: tuple[Decisive, ...] = ()
 
     @property
     def unreached(self) -> list[str]:
@@ -164,7 +211,38 @@ class Coverage:
                 )
             )
             out.append(f"    situation {s.name:<34} {n:>7}{mark}")
-        return out
+        for d in self.decisive:
+            n = self.counts[d.name]
+            out.append(f"    {d.name:<44} {n:>7}{'' if n else '  never reached'}")
+        return out + self.pair_lines()
+
+    def pairs(self) -> Counter[str]:
+        """The outcome pairs reached, ``"A > B"``, with their counts."""
+        return Counter(
+            {name[len(PAIR) :]: n for name, n in self.counts.items() if name.startswith(PAIR) and n}
+        )
+
+    def pair_lines(self) -> list[str]:
+        """The outcome pairs in two lines: how many of those the outcomes seen could form,
+        the rarest, and some never formed (steered to by the searches after the first)."""
+        reached = self.pairs()
+        if not reached:
+            return []
+        outcomes = sorted({o for name in reached for o in name.split(" > ")} - {START})
+        never = [pair(a, b) for a in outcomes for b in outcomes if pair(a, b) not in reached]
+        rarest = sorted(reached.items(), key=lambda item: (item[1], item[0]))[:3]
+        shown = ", ".join(f"{name} ({n}x)" for name, n in rarest)
+        between = len(reached) - sum(name.startswith(START) for name in reached)
+        lines = [
+            f"    outcome pairs: {between} of the {len(outcomes) ** 2} the {len(outcomes)} "
+            f"outcomes seen can form; rarest: {shown}"
+        ]
+        if never:
+            lines.append(
+                f"    never one after the other: {', '.join(never[:4])}"
+                + (f" and {len(never) - 4} more" if len(never) > 4 else "")
+            )
+        return lines
 
 
 def check_names(names: Iterable[str]) -> frozenset[str]:

@@ -19,14 +19,21 @@ One id means one thing, so acknowledging one (``--known ID``) never hides anothe
 A run that hits a known id records the hit and goes on past it
 (``ConformanceMachine.require``); only a known crash, or a known violation the step cannot
 finish after, ends the run.
+
+What the search, the explorers and the report keep of each distinct finding is a
+``Failure`` record, and ``finding_lines`` is the one place one is turned into text.
 """
 
 from __future__ import annotations
 
 import re
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
 
 from radixkv_spec.invariants import SpecUsageError, SpecViolation
+
+if TYPE_CHECKING:  # only its type: the record holds the explorers' calls, and prints them
+    from radixkv_conformance.explore.driver import RuleCall
 
 _TYPES: dict[str, type[Finding]] = {}
 
@@ -41,6 +48,88 @@ class Finding(AssertionError):
         self.message = message
         self.check = check
         self.trace = trace
+
+
+@dataclass(frozen=True)
+class Failure:
+    """One distinct finding, as the search, the explorers and the report keep it: its id
+    (``finding``), the check that failed, its message and the FORMAT.md trace of a shortest
+    run found (shrunk by the search, shortest by the explorers). An explorer also keeps the
+    variant its run started from (``start``: page size, window ...) and its rule ``calls``.
+
+    ``trace`` is empty where the machine kept none: an explored machine other than the
+    kit's. It pickles: the explorers' worker processes send it back to their parent.
+    """
+
+    finding: str
+    check: str
+    message: str
+    trace: dict[str, Any]
+    start: tuple[tuple[str, Any], ...] = ()
+    calls: tuple[RuleCall, ...] = ()
+
+    @property
+    def invariant(self) -> str | None:
+        return invariant_id(self.message)
+
+    def came_past(self) -> str:
+        """The acknowledged findings its run hit first (often its causes), or ''."""
+        hits = [
+            f"{hit['finding']} at step {hit['step']}" for hit in self.trace.get("came_past", ())
+        ]
+        return f"came past acknowledged {', '.join(hits)}" if hits else ""
+
+    def steps_text(self) -> list[str]:
+        """The trace's step sequence, one line per step, after its page size (and window)."""
+        window = self.trace.get("sliding_window")
+        head = f"page_size={self.trace['page_size']}" + (f" window={window}" if window else "")
+        lines = [head]
+        for step in self.trace["steps"]:
+            args = {k: v for k, v in step.items() if k not in ("id", "op", "expect", "observed")}
+            shown = ", ".join(f"{k}={v!r}" for k, v in args.items())
+            expect = f"  -> expect {step['expect']}" if "expect" in step else ""
+            lines.append(f"#{step['id']} {step['op']}({shown}){expect}")
+        return lines
+
+    def calls_text(self) -> list[str]:
+        """An explorer's sequence: the start variant, then one line per rule call."""
+        start = ", ".join(f"{k}={v!r}" for k, v in self.start)
+        return [f"start({start})"] + [call.text() for call in self.calls]
+
+
+Printed = Literal["report", "explorer report", "found", "found shortest"]
+"""Where a finding is printed (``finding_lines``):
+
+- ``report``: a ``ConformanceReport`` lists it: check, runs it came past, its trace's steps;
+- ``explorer report``: an explorer's report lists it: check, its shortest rule calls;
+- ``found``: ``radixkv check`` says it, labelled, the moment it is minimized;
+- ``found shortest``: ``radixkv check --states`` says it, labelled, the moment it is found.
+"""
+
+
+def finding_lines(failure: Failure, number: int, printed: Printed, label: str = "") -> list[str]:
+    """Finding ``number`` as the lines printed where ``printed`` says: every finding the kit
+    prints becomes text here. The places differ in small ways (a colon after the id or not,
+    which steps) that their readers and tests rely on, so each keeps its own."""
+    named = f"finding {number} [{failure.finding}]"
+    past = failure.came_past()
+    if printed == "report":
+        head = f"  {named}: {failure.check}: {failure.message}"
+        return [head, *_indented([f"({past})"] if past else []), *_indented(failure.steps_text())]
+    if printed == "explorer report":
+        head = f"  {named} {failure.check}: {failure.message}"
+        return [head, *_indented(failure.calls_text())]
+    if printed == "found shortest":
+        steps = f"({len(failure.calls)} steps, shortest)"
+        head = f"{label}: {named} {failure.check}: {failure.message} {steps}"
+        return [head, *_indented(failure.calls_text())]
+    # "found": the search's finding, with the acknowledged ones its run came past
+    return [f"{label}: {named}: {failure.message}", *([f"  {past}"] if past else [])]
+
+
+def _indented(lines: list[str]) -> list[str]:
+    """``lines`` under a finding's head line, as every listing indents them."""
+    return [f"      {line}" for line in lines]
 
 
 class Violation(AssertionError):
@@ -67,6 +156,8 @@ def invariant_id(message: str) -> str | None:
 
 
 def slug(text: str) -> str:
+    """``text`` as part of a finding id: lower case, each run of other characters than
+    ASCII letters and digits one dash (``trace.file_label`` names files instead)."""
     return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
 
 

@@ -48,6 +48,7 @@ from hypothesis.stateful import (
     precondition,
     rule,
 )
+from radixkv_spec.cross import Decisive
 from radixkv_spec.hashing import page_hashes as spec_page_hashes
 from radixkv_spec.invariants import SpecViolation
 from radixkv_spec.outcomes import (
@@ -167,8 +168,8 @@ class Session:
     progress: Callable[[Counter[str]], None] | None = None
     name: str = "cache"
     situations: tuple[Situation, ...] = ()  # what the runs must reach (coverage.py)
-    coverage: Counter[str] = field(default_factory=Counter)
-    pairs: Counter[str] = field(default_factory=Counter)  # consecutive operations, "op>op"
+    coverage: Counter[str] = field(default_factory=Counter)  # situations, outcome pairs
+    decisive: tuple[Decisive, ...] = ()  # the decisive situations the runs watch (cross.py)
     steer: bool = False  # favour runs that reach rare situations (searches after the first)
     causes: Causes | None = None  # findings acknowledged by their trace (causes.py)
 
@@ -255,7 +256,12 @@ class ConformanceMachine(RuleBasedStateMachine):
 
     session: ClassVar[Session]
     mode: ClassVar[str] = "plain"
-    checks: ClassVar[frozenset[str]] = frozenset(CAPABILITIES) - {"priority", "swa", "mamba"}
+    checks: ClassVar[frozenset[str]] = frozenset(CAPABILITIES) - {
+        "priority",
+        "swa",
+        "mamba",
+        "node_boundaries",
+    }
     """The capabilities this rule set has rules for; a claim outside them is refused."""
     bad_calls: ClassVar[dict[str, tuple[str, tuple[str, ...]]]] = BAD_CALLS
     insert_keywords: ClassVar[dict[str, Any]] = {}
@@ -324,13 +330,20 @@ class ConformanceMachine(RuleBasedStateMachine):
         self.unlock_by_token = True
         self.model: Any = self.new_model()
         self.probe = Probe(
-            page_size, self.session.situations, self.session.coverage, self.session.pairs
+            page_size, self.session.situations, self.session.coverage, self.session.decisive
         )
         with self.checking("setup"):
             self.sut: Any = self.session.factory(page_size, KitHost(self, window))
         self.page_stream = (
             EventsOracle(page_size, self.profile.event_hashes, self.profile.event_layout)
             if self.has("events")
+            else None
+        )
+        self.router_stream = (  # what a router receives: the stream after the engine's filter
+            EventsOracle(
+                page_size, self.profile.event_hashes, self.profile.event_layout, published=True
+            )
+            if self.has("router_events")
             else None
         )
         self.count("runs")
@@ -531,7 +544,8 @@ class ConformanceMachine(RuleBasedStateMachine):
         """A key that often shares a prefix with an earlier one: a cut of it plus a tail."""
         base = self.keys_seen[data.draw(up_to(len(self.keys_seen) - 1), label="base")]
         cut = data.draw(up_to(len(base)), label="cut")
-        tail = data.draw(tails(3 * self.page_size), label="tail")
+        untold = self.profile.untold_tokens if self.has("router_events") else ()
+        tail = data.draw(tails(3 * self.page_size, untold), label="tail")
         return self.at_least_a_page(base[:cut] + tuple(tail))
 
     def draw_inserted_key(self, data: st.DataObject) -> tuple[int, ...]:
@@ -779,7 +793,16 @@ class ConformanceMachine(RuleBasedStateMachine):
             if ref.prefix:
                 self.model.lock(ref.namespace, ref.prefix)
             self.count("lock")
-            return LockRef(ref, token, step["id"])
+            held = LockRef(ref, token, step["id"])
+            self.after_lock(held)
+            return held
+
+    def after_lock(self, held: LockRef) -> None:
+        """What the mode reads of the cache right after it took ``held`` (nothing here)."""
+
+    def after_unlock(self, held: LockRef) -> None:
+        """What the mode forgets once the cache released ``held`` (or, unlocked without a
+        token, the newest lock on its node) (nothing here)."""
 
     def _refused_lock(self, ref: NodeRef, step: Step, what: str, capability: str | None) -> LockRef:
         if capability is not None and not self.has(capability):
@@ -812,6 +835,7 @@ class ConformanceMachine(RuleBasedStateMachine):
             self.sut.unlock(ref.handle, token)
             if ref.prefix:
                 self.model.unlock(ref.namespace, ref.prefix)
+            self.after_unlock(held)
             self.count("unlock")
             return held
 
@@ -1170,14 +1194,14 @@ class ConformanceMachine(RuleBasedStateMachine):
 
     def teardown(self) -> None:
         """Steer the search: runs that reach rarely reached situations, and rarely run
-        pairs of operations, score higher. Only in the searches after the first:
+        pairs of outcomes, score higher. Only in the searches after the first:
         Hypothesis spends part of a search on a target, which a first, bug-hunting search
         should not pay."""
         if self._started() and self.session.steer:
             self.probe.close(self.model)
-            if self.session.situations:
+            if self.session.situations or self.session.decisive:
                 target(self.probe.rarity(), label="rare situations")
-            target(self.probe.pair_rarity(), label="rare operation pairs")
+            target(self.probe.pair_rarity(), label="rare outcome pairs")
 
     @precondition(_started)
     @invariant()
@@ -1217,9 +1241,18 @@ class ConformanceMachine(RuleBasedStateMachine):
     @invariant()
     def events_rebuild_the_pages(self) -> None:
         """Capability ``events`` (``rules/events.py``): the router's page set, rebuilt from the
-        records since the last step, is the cache's (INV-40..43)."""
+        records since the last step, is the cache's (INV-40..43); with ``router_events``,
+        the one rebuilt from the published records is the cached pages a router is told."""
         if self.page_stream is None:
             return
         with self.checking("invariant: the event stream rebuilds the cached pages"):
-            applied = self.page_stream.check(self.sut, self.sut.contents())
-            self.session.stats["event records"] += applied
+            contents = self.sut.contents()
+            applied = self.page_stream.check_stream(self.sut, contents)
+            self.session.stats["event records"] += applied.records
+        if self.router_stream is None:
+            return
+        with self.checking("invariant: the published stream rebuilds the pages a router is told"):
+            published = self.router_stream.check_stream(self.sut, contents)
+            self.session.stats["published event records"] += published.records
+            refused = applied.stored - published.stored  # stored, less what was published
+            self.session.stats["published stream: pages refused by the router filter"] += refused

@@ -24,9 +24,8 @@ from radixkv_conformance.machines import IllegalStep
 from radixkv_conformance.profile import Profile
 from radixkv_conformance.protocol import AdapterFactory
 from radixkv_conformance.replay import replay
-from radixkv_conformance.trace import upgraded
+from radixkv_conformance.trace import Step, upgraded
 
-Step = dict[str, Any]
 HANDLE_FIELDS = ("node", "lock")  # fields that name the step whose handle a step uses
 BUDGET_SECONDS = 20.0
 

@@ -37,6 +37,7 @@ from radixkv_spec.policies import (
     MambaMatchPolicy,
     VictimOrder,
 )
+from radixkv_spec.swa import WindowTombstones
 from radixkv_spec.tokens import Namespace
 
 Duplicates = Literal["caller", "cache", "kept"]
@@ -48,6 +49,7 @@ LockModel = Literal["counts", "sets"]
 SwaLockTokens = Literal["exact", "optional"]
 SwaDeadInsert = Literal["dropped", "tombstoned"]
 SwaTombstoneLocks = Literal["refused", "accepted"]
+SWA_WINDOW_TOMBSTONES = ("stop", "count", "skip")  # radixkv_spec.swa.WindowTombstones
 MambaInsertState = Literal["optional", "required"]
 MambaTombstoneLeaves = Literal["deleted", "kept"]
 MambaTombstoneLocks = Literal["refused", "accepted"]
@@ -124,6 +126,10 @@ class Profile:
             or ``"tombstoned"`` (sglang: cached as tombstones, the handle at the last).
         swa_tombstone_locks: ``"refused"`` (radixkv: a lock of a tombstone is a usage
             error) or ``"accepted"`` (sglang: it holds the full KV of its path).
+        swa_window_tombstones: what a lock's SWA window does at a tombstone on its way up:
+            ``"stop"`` (radixkv: nothing above it), ``"count"`` (sglang 0.5.23: W positions,
+            the tombstone's tokens counted, the walk goes on) or ``"skip"`` (pymllm: passed
+            over uncounted, the walk goes on until W live tokens).
         page_sizes: the page sizes the machine draws from.
         windows: the sliding windows the SWA rules draw from.
         event_hashes: ``"radixkv"``: KV events carry SPEC.md §9's page hashes (checked);
@@ -157,6 +163,10 @@ class Profile:
             Dynamo treat ``""`` as no namespace, so their profiles leave it out.
         bad_tokens: the token values an adapter with ``bad_input`` must refuse (by default
             negative, too large, and non-int ids; MAX's trie takes any hashable token).
+        untold_tokens: token ids the cache takes but a router is not told (``2**32``: past
+            u32, SPEC.md "What a router is not told"), which the machine mixes into its keys
+            now and then for an adapter with ``router_events``, so the engine's filter meets
+            them; ``()`` for a cache that refuses them.
         empty_keys: the machine draws keys shorter than a page (they cache nothing); an
             engine that refuses them (MAX before 2025-02-20) sets False, so a refusal it
             has acknowledged does not end every run.
@@ -181,6 +191,7 @@ class Profile:
     swa_insert_args: bool = True
     swa_dead_insert: SwaDeadInsert = "dropped"
     swa_tombstone_locks: SwaTombstoneLocks = "refused"
+    swa_window_tombstones: WindowTombstones = "stop"
     page_sizes: tuple[int, ...] = (1, 2, 4, 16)
     windows: tuple[int, ...] = (1, 2, 4, 8)
     event_hashes: HashPolicy = "radixkv"
@@ -192,6 +203,7 @@ class Profile:
     eviction_report: EvictionReport = "per-node"
     namespaces: tuple[Namespace, ...] = (None, "", "a")
     bad_tokens: tuple[object, ...] = (-1, -(2**40), 2**63, "7", 1.5, None)
+    untold_tokens: tuple[int, ...] = (2**32,)
     empty_keys: bool = True
     notes: str = ""
 
@@ -211,6 +223,11 @@ class Profile:
         if self.swa_tombstone_locks not in ("refused", "accepted"):
             raise ValueError(
                 f"swa_tombstone_locks must be refused or accepted: {self.swa_tombstone_locks!r}"
+            )
+        if self.swa_window_tombstones not in SWA_WINDOW_TOMBSTONES:
+            raise ValueError(
+                f"swa_window_tombstones must be {', '.join(SWA_WINDOW_TOMBSTONES)}: "
+                f"{self.swa_window_tombstones!r}"
             )
         for name, choices in MAMBA_CHOICES.items():
             if getattr(self, name) not in choices:
@@ -246,6 +263,8 @@ class Profile:
             raise ValueError("bad_tokens must name at least one token the engine refuses")
         if not self.namespaces or not all(n is None or isinstance(n, str) for n in self.namespaces):
             raise ValueError(f"namespaces must be str or None, at least one: {self.namespaces!r}")
+        if not all(type(t) is int and 0 <= t < 2**63 for t in self.untold_tokens):
+            raise ValueError(f"untold_tokens must be token ids: {self.untold_tokens!r}")
 
     def but(self, **changes: object) -> Profile:
         """The same profile with some policies changed."""
@@ -343,17 +362,19 @@ NEEDS = {  # a policy that only matters to an adapter with this capability
     "swa_insert_args": "swa",
     "swa_dead_insert": "swa",
     "swa_tombstone_locks": "swa",
+    "swa_window_tombstones": "swa",
     "event_hashes": "events",
     "event_layout": "events",
     "page_hashes": "hashing",
     "unaligned_tail": "capacity",
     "namespaces": "namespaces",
+    "untold_tokens": "router_events",
     "reset_frees": "reset",
     "reset_while_held": "reset",
 }
 
 
-def describe(profile: Profile, capabilities: frozenset[str] | None = None) -> list[str]:
+def policy_lines(profile: Profile, capabilities: frozenset[str] | None = None) -> list[str]:
     """One line per policy, for reports (which choices the run checked against); with
     ``capabilities``, only the policies that apply to an adapter claiming them."""
     lines = {
@@ -368,6 +389,7 @@ def describe(profile: Profile, capabilities: frozenset[str] | None = None) -> li
         "swa_insert_args": profile.swa_insert_args,
         "swa_dead_insert": profile.swa_dead_insert,
         "swa_tombstone_locks": profile.swa_tombstone_locks,
+        "swa_window_tombstones": profile.swa_window_tombstones,
         "refresh_on": ",".join(sorted(profile.refresh_on)),
         "stores": profile.stores,
         "match_may_split": profile.match_may_split,
@@ -379,6 +401,7 @@ def describe(profile: Profile, capabilities: frozenset[str] | None = None) -> li
         "reset_while_held": profile.reset_while_held,
         "eviction_report": profile.eviction_report,
         "namespaces": ",".join(map(repr, profile.namespaces)),
+        "untold_tokens": ",".join(map(str, profile.untold_tokens)) or "none",
         "empty_keys": profile.empty_keys,
     }
     applies = capabilities if capabilities is not None else frozenset(NEEDS.values())

@@ -31,8 +31,8 @@ An adapter lists what else it supports in ``capabilities`` (a frozenset of the n
 Some capabilities are pure behaviour (``namespaces``, ``bad_input``, ``unlock_checks``,
 ``stale_handles``); the others need more of the adapter, spelled out by the protocol
 classes ``HashingAdapter``, ``NodeEventsAdapter``, ``ResettableAdapter``,
-``CallerBuffersAdapter``, ``CapacityAdapter``, ``SwaAdapter`` and ``MambaAdapter``.
-``require_capabilities``
+``CallerBuffersAdapter``, ``CapacityAdapter``, ``SwaAdapter``, ``NodeBoundariesAdapter``
+and ``MambaAdapter``. ``require_capabilities``
 checks every claim before the first step and raises ``AdapterError`` naming what is
 missing, so a claim the adapter cannot back is a clear message, not a confusing finding
 later. An optional ``notes`` string is printed in every report: say there what the adapter
@@ -132,10 +132,14 @@ CAPABILITIES: dict[str, str] = {
     "stale_handles": "rejects a lock or unlock on an evicted node",
     "on_node_evict": "reports every deleted node exactly once: evicted_node_ids()",
     "swa": "sliding-window attention: tombstones, SWA eviction, SWA lock tokens",
+    "node_boundaries": "the adapter reports where the cache's nodes along a path begin: "
+    "node_starts(tokens, namespace)",
     "mamba": "Mamba / SSM state slots, copy-on-write, branching seqlen",
     "caller_buffers": "the cache keeps no view of the caller's buffers: scribble()",
     "events": "KV events for routers (BlockStored / BlockRemoved / AllBlocksCleared): "
     "take_events()",
+    "router_events": "the stream as a router receives it, after the engine's filter: "
+    "take_published_events()",
     "priority": "insert takes an eviction priority: insert(..., priority=)",
     "capacity": "a fixed pool of `capacity` pages (allocation='cache'): an insert it cannot "
     "find room for raises NoRoom",
@@ -310,6 +314,17 @@ class SwaAdapter(Protocol):
 
 
 @runtime_checkable
+class NodeBoundariesAdapter(Protocol):
+    """Capability ``node_boundaries`` (with ``swa``): where the cache's nodes begin, so each
+    SWA lock is judged on the whole nodes it covers (its exact extent, INV-21), not on the
+    range any node boundaries would allow."""
+
+    def node_starts(self, tokens: Tokens, namespace: Namespace) -> Sequence[int]:
+        """The token offsets where the cache's nodes along the cached path of ``tokens``
+        begin, 0 first."""
+
+
+@runtime_checkable
 class MambaAdapter(Protocol):
     """Capability ``mamba``: a hybrid cache holding one state slot at some node ends.
 
@@ -359,6 +374,18 @@ class EventsAdapter(Protocol):
 
 
 @runtime_checkable
+class PublishedEventsAdapter(Protocol):
+    """Capability ``router_events`` (needs ``events``): the engine filters its stream before
+    it publishes it, leaving out the pages a router cannot be told faithfully (radixkv's
+    ``RouterFilter``). The kit rebuilds a router's view from what is published and compares
+    it with the cached pages less the untold ones (``radixkv_spec.events.router_told``)."""
+
+    def take_published_events(self) -> list[Any]:
+        """The records published since the last call, after the filter, oldest first, in
+        the same wire form as ``take_events``."""
+
+
+@runtime_checkable
 class CanonicalStateAdapter(Protocol):
     """Optional, no capability: lets ``radixkv check --states`` merge equivalent states.
 
@@ -394,8 +421,10 @@ CAPABILITY_PROTOCOLS: dict[str, tuple[type[Any], dict[str, tuple[str, ...]]]] = 
         SwaAdapter,
         {"insert": ("prev_prefix_len", "swa_evicted_seqlen"), "evict": ("swa_num_tokens",)},
     ),
+    "node_boundaries": (NodeBoundariesAdapter, {}),
     "mamba": (MambaAdapter, {"insert": ("state_slot",), "evict": ("mamba_slots",)}),
     "events": (EventsAdapter, {}),
+    "router_events": (PublishedEventsAdapter, {}),
 }
 """For each capability that needs more than behaviour: its protocol and the keywords its
 methods must accept."""

@@ -10,6 +10,7 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
+from radixkv_spec.cross import decisive
 from radixkv_spec.policies import DEFAULT_REFRESH
 from radixkv_spec.situations import declared
 
@@ -142,6 +143,11 @@ def machine_for(
     front). Distinct names keep Hypothesis' example databases apart.
     """
     claims = probe_capabilities(factory, profile) if capabilities is None else capabilities
+    if "node_boundaries" in claims and "swa" not in claims:
+        raise AdapterError(  # only an SWA lock's extent depends on where the nodes begin
+            "capability 'node_boundaries' places each SWA lock's window on the cache's nodes: "
+            "it needs capability 'swa'"
+        )
     rules = rule_set(claims)
     if rules.mode != "plain" and profile.refresh_on != DEFAULT_REFRESH:
         raise AdapterError(  # its model knows no other refresh: it would judge by its own
@@ -162,9 +168,21 @@ def machine_for(
             f"lock_model='sets' and 'unlock_checks' (profile {profile.name!r} has "
             f"lock_model={profile.lock_model!r})"
         )
+    if "router_events" in claims and "events" not in claims:
+        raise AdapterError(
+            "capability 'router_events' is the events stream after a filter: it needs 'events'"
+        )
     watched = tuple(declared(claims, profile.stores, profile.allocation))
+    lru = profile.victims.name.startswith("lru")  # recency decides a victim
     session = Session(
-        factory, profile, claims, known, progress=progress, name=name, situations=watched
+        factory,
+        profile,
+        claims,
+        known,
+        progress=progress,
+        name=name,
+        situations=watched,
+        decisive=decisive(lru) if profile.stores else (),
     )
     bases = (ReceiptRules, rules) if receipts else (rules,)
     return type(name, bases, {"session": session})

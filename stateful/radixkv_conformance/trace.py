@@ -106,6 +106,9 @@ def upgraded(document: dict[str, Any]) -> dict[str, Any]:
     return {"format": FORMAT, "profile": document["semantics"], **header}
 
 
-def slug(label: str) -> str:
-    """``label`` as a file name's part: lower case, every other character a dash."""
+def file_label(label: str) -> str:
+    """``label`` (a cache's) as part of a trace file's name: lower case, every character
+    but a letter or digit a dash. Not ``findings.slug``, which makes ids and folds a run of
+    such characters into one dash: file names written so far keep theirs
+    (``RadixCache (SWA)`` is ``radixcache--swa``)."""
     return "".join(ch if ch.isalnum() else "-" for ch in label.lower()).strip("-")

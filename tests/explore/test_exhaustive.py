@@ -72,14 +72,14 @@ def test_finds_the_leak_of_the_adapter_that_forgets_to_free() -> None:
     findings = _findings(broken.factory, 2)
     assert set(findings) == {"INV-11:evict-short", "INV-7:reset"}
     evict = findings["INV-11:evict-short"]
-    assert [step.rule for step in evict.steps] == ["extend_request", "evict"]
-    assert [step.rule for step in findings["INV-7:reset"].steps] == ["extend_request", "reset"]
+    assert [step.rule for step in evict.calls] == ["extend_request", "evict"]
+    assert [step.rule for step in findings["INV-7:reset"].calls] == ["extend_request", "reset"]
 
 
 def test_finds_both_bugs_of_two_bugs_separately_and_known_ones_are_acknowledged() -> None:
     findings = _findings(broken.TwoBugs, 2)
     assert set(findings) == {"INV-14:unmatched-unlock", "INV-11:evict-reported-counts"}
-    assert [s.rule for s in findings["INV-14:unmatched-unlock"].steps][-1] == "unlock_without_lock"
+    assert [s.rule for s in findings["INV-14:unmatched-unlock"].calls][-1] == "unlock_without_lock"
     known = frozenset({"INV-11:evict-reported-counts"})
     machine = machine_for("Known", broken.TwoBugs, RADIXKV, known=known)
     report = explore(machine, PAGE_ONE, 2)
@@ -89,7 +89,7 @@ def test_finds_both_bugs_of_two_bugs_separately_and_known_ones_are_acknowledged(
 
 def test_a_finding_is_a_replayable_trace_that_fails_again() -> None:
     finding = _findings(broken.factory, 2)["INV-11:evict-short"]
-    assert finding.trace is not None
+    assert finding.trace
     result = replay(finding.trace, broken.factory, RADIXKV)
     assert not result.passed and result.invariant == "INV-11"
     assert replay(finding.trace, radix_cache, RADIXKV).passed
@@ -99,24 +99,24 @@ def test_finds_namespaces_that_share_in_two_steps() -> None:
     findings = _findings(IgnoresNamespaces, 2)
     found = [f for f in findings.values() if f.invariant == "INV-10"]
     assert found, findings
-    shortest = min(found, key=lambda f: len(f.steps))
-    assert len(shortest.steps) == 2
-    namespaces = [dict(step.choices).get("namespace") for step in shortest.steps]
+    shortest = min(found, key=lambda f: len(f.calls))
+    assert len(shortest.calls) == 2
+    namespaces = [dict(step.choices).get("namespace") for step in shortest.calls]
     assert namespaces == [None, "a"]  # canonical order: "a" only after None
 
 
 def test_finds_a_miscounted_swa_eviction_in_two_steps() -> None:
     findings = _findings(UnderreportsSwaEviction, 2, RADIXKV_SWA)
     assert findings and all(f.invariant == "INV-11" for f in findings.values()), findings
-    assert min(len(f.steps) for f in findings.values()) == 2
+    assert min(len(f.calls) for f in findings.values()) == 2
     assert not _findings(sliding_window, 2, RADIXKV_SWA)
 
 
 def test_finds_a_mamba_lock_that_locks_nothing_in_two_steps() -> None:
     findings = _findings(LockDoesNothing, 2, RADIXKV_MAMBA)
-    shortest = min(findings.values(), key=lambda f: len(f.steps))
-    assert [step.rule for step in shortest.steps][-1] == "lock", shortest
-    assert len(shortest.steps) == 2
+    shortest = min(findings.values(), key=lambda f: len(f.calls))
+    assert [step.rule for step in shortest.calls][-1] == "lock", shortest
+    assert len(shortest.calls) == 2
     assert not _findings(mamba, 2, RADIXKV_MAMBA)
 
 

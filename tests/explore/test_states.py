@@ -118,10 +118,10 @@ def test_canonical_state_names_every_handle() -> None:
 def test_a_planted_bug_is_found_with_a_shortest_replayable_trace() -> None:
     report = explore_states(_machine(LOCKED), Bounds(tokens=1, length=1, locks=1, depth=4))
     assert not report.passed
-    shortest = min(report.findings.values(), key=lambda f: len(f.steps))
-    every = explore(_machine(LOCKED), TINY.alphabet(), len(shortest.steps)).findings
-    assert min(len(f.steps) for f in every.values()) == len(shortest.steps)
-    assert shortest.trace is not None
+    shortest = min(report.findings.values(), key=lambda f: len(f.calls))
+    every = explore(_machine(LOCKED), TINY.alphabet(), len(shortest.calls)).findings
+    assert min(len(f.calls) for f in every.values()) == len(shortest.calls)
+    assert shortest.trace
     assert not replay(shortest.trace, LOCKED, RADIXKV).passed
     assert replay(shortest.trace, planted.factory, RADIXKV).passed
 

@@ -42,4 +42,4 @@ def test_an_engine_that_cannot_be_copied_is_explored_by_replaying_paths() -> Non
     assert all(getattr(copied, a) == getattr(replayed, a) for a in same), replayed.render()
     assert copied.findings.keys() == replayed.findings.keys() != set()
     for fid, finding in copied.findings.items():  # the same shortest sequence to each
-        assert [s.text() for s in replayed.findings[fid].steps] == [s.text() for s in finding.steps]
+        assert [s.text() for s in replayed.findings[fid].calls] == [s.text() for s in finding.calls]

@@ -38,7 +38,7 @@ def _explored(
 
 def _picture(report: StatesReport) -> tuple[Any, ...]:
     findings = {
-        fid: (found.check, found.message, found.lines(), found.trace)
+        fid: (found.check, found.message, found.calls_text(), found.trace)
         for fid, found in report.findings.items()
     }
     return (

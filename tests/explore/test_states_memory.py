@@ -41,10 +41,10 @@ def test_the_two_leaf_stage_finds_an_eviction_order_a_match_did_not_refresh() ->
     report = explore_states(_machine(STALE), LEAVES)
     assert list(report.findings) == [VICTIM_ORDER], report.render()
     found = report.findings[VICTIM_ORDER]
-    rules = [step.rule for step in found.steps]
+    rules = [step.rule for step in found.calls]
     assert rules[-1] == "evict" and "match" in rules and rules.count("evict") == 2, rules
     assert len(rules) == 5
-    assert found.trace is not None
+    assert found.trace
     assert replay(found.trace, STALE, RADIXKV).finding == VICTIM_ORDER
     assert replay(found.trace, planted.factory, RADIXKV).passed  # the cache without the bug
 

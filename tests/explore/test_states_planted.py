@@ -51,7 +51,7 @@ def test_the_state_explorer_finds_it_with_a_shortest_replayable_trace() -> None:
     report = explore_states(_machine(BUG), BOUNDS)
     assert list(report.findings) == [FINDING], report.render()
     found = report.findings[FINDING]
-    assert [step.rule for step in found.steps] == [
+    assert [step.rule for step in found.calls] == [
         "extend_request",
         "lock",
         "reset",
@@ -60,6 +60,6 @@ def test_the_state_explorer_finds_it_with_a_shortest_replayable_trace() -> None:
     ]
     # shortest: no sequence of four steps over the same alphabet reaches it
     assert explore(_machine(BUG), BOUNDS.alphabet(), 4).passed
-    assert found.trace is not None
+    assert found.trace
     assert replay(found.trace, BUG, RADIXKV).finding == FINDING
     assert replay(found.trace, planted.factory, RADIXKV).passed  # the cache without the bug

@@ -18,8 +18,9 @@ from hypothesis import settings
 from radixkv_conformance import run_conformance
 from radixkv_conformance.adapters import page_trie
 from radixkv_conformance.cli import FAILED, main
-from radixkv_conformance.explore.sequences import ShortestFinding, target
+from radixkv_conformance.explore.sequences import target
 from radixkv_conformance.explore.states import PRESETS, TREE, explore_states, parse_bounds
+from radixkv_conformance.findings import Failure
 from radixkv_conformance.profile import RADIXKV
 
 pytestmark = pytest.mark.search
@@ -92,12 +93,12 @@ def test_the_deep_and_wide_stages_have_a_floor_two_steps_lower() -> None:
 
 
 def test_each_finding_is_handed_over_when_found_and_shortest() -> None:
-    found: list[ShortestFinding] = []
+    found: list[Failure] = []
     one_namespace = dataclasses.replace(TREE, namespaces=1, depth=5)
     report = explore_states(_machine(CASCADE), one_namespace, on_finding=found.append)
     [finding] = found
-    assert finding.id == LOCKED_VICTIM
-    assert [step.rule for step in finding.steps] == [
+    assert finding.finding == LOCKED_VICTIM
+    assert [step.rule for step in finding.calls] == [
         "extend_request",
         "extend_request",
         "lock",

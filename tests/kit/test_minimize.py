@@ -133,8 +133,8 @@ def test_a_finding_says_which_acknowledged_findings_its_run_came_past() -> None:
     run went past the first: a later finding is often a consequence of an earlier one."""
     from functools import partial
 
+    from radixkv_conformance import Failure
     from radixkv_conformance.adapters import page_trie
-    from radixkv_conformance.conformance import Failure
 
     order, locked = "INV-11:evict-victim-order", "INV-11:evict-locked-victim"
     steps = [

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 from radixkv_conformance.registry import _ProbeHost
-from radixkv_conformance.targets import SHAPES, load
+from radixkv_conformance.targets import OWN, SHAPES, load
 
 FEATURES = {  # what a cache offers -> the capability that checks it
     "event_listener": "events",
@@ -47,3 +47,26 @@ def test_each_adapter_claims_what_its_cache_offers(label: str, target: str) -> N
 def test_the_trie_claims_its_events() -> None:
     factory, _ = load(dict(SHAPES)["RadixTrie"])
     assert "events" in factory(1, _ProbeHost(1, 2)).capabilities
+
+
+UNFILTERED = {"RadixTrie": "max_trie.py records the trie's stream unfiltered"}
+"""Adapters claiming ``events`` whose published stream (``RouterFilter``) is not checked yet."""
+
+
+@pytest.mark.parametrize(("label", "target"), OWN, ids=[label for label, _ in OWN])
+def test_each_adapter_with_events_claims_the_published_stream(label: str, target: str) -> None:
+    """radixkv's publisher sends every cache's stream through ``RouterFilter``: an adapter
+    that claims ``events`` claims ``router_events`` too, so the kit judges a router's view."""
+    factory, _ = load(target)
+    claims = factory(1, _ProbeHost(1, 2)).capabilities
+    if "events" in claims:
+        assert ("router_events" in claims) == (label not in UNFILTERED), label
+
+
+@pytest.mark.parametrize(("label", "target"), SHAPES, ids=[label for label, _ in SHAPES])
+def test_a_sliding_window_adapter_shows_its_nodes(label: str, target: str) -> None:
+    """Each of radixkv's trees is the adapter's to walk: with a window it claims
+    ``node_boundaries``, so its SWA locks are judged on their exact extent, not a range."""
+    factory, _ = load(target)
+    adapter = factory(1, _ProbeHost(1, 2))
+    assert ("swa" in adapter.capabilities) == ("node_boundaries" in adapter.capabilities), label

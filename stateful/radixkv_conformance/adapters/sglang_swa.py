@@ -69,6 +69,7 @@ PROFILE = Profile(
     swa_lock_tokens="exact",
     swa_dead_insert="tombstoned",
     swa_tombstone_locks="accepted",
+    swa_window_tombstones="count",  # components/swa.py acquire_component_lock: by position
     page_sizes=(1, 4),
     notes=NOTES,
 )
@@ -231,13 +232,34 @@ class SglangSwaAdapter(UnifiedAdapter):
 
 
 class PythonSglangSwaAdapter(SglangSwaAdapter):
-    """The Python tree core, whose whole state the explorer can picture (``canonical_state``).
+    """The Python tree core, whose whole state the explorer can picture (``canonical_state``)
+    and whose nodes the kit can place each SWA lock on (``node_boundaries``).
 
     The Rust core has no hook: its binding shows the tree (``pretty_print``: ids, FULL lock
     counts, which components hold data), the sizes and the canary walks, but neither the
     recency stamps, the LRU lists' order, the SWA lock counts nor the lock-segment uuids,
     all of which later answers read; the explorer pictures it without one (its memory and
     ``snapshot``)."""
+
+    capabilities = SglangSwaAdapter.capabilities | {"node_boundaries"}
+
+    def node_starts(self, tokens: Tokens, namespace: Namespace) -> list[int]:
+        """Where the nodes on the walk from the root along ``tokens`` begin (read only)."""
+        starts: list[int] = []
+        node, at = self.core.root_node, 0
+        while at < len(tokens):
+            rest = tuple(tokens[at:])
+            below = [
+                child
+                for child in node.children.values()
+                if not child.evicted and child.key.extra_key == namespace and _on(child, rest)
+            ]
+            if not below:
+                break
+            node = below[0]
+            starts.append(at)
+            at += len(node.key)
+        return starts
 
     def canonical_state(self, handles: Sequence[Any]) -> tuple[Hashable, tuple[Hashable, ...]]:
         """The cache's whole state (``TreePicture``: every node, every LRU list's order by
@@ -253,6 +275,12 @@ class PythonSglangSwaAdapter(SglangSwaAdapter):
         held = picture.indices()
         own = tuple(sorted((i, s) for i, s in self.slot_of.items() if i in held))
         return picture.state(handles, own)
+
+
+def _on(node: Any, tokens: Tokens) -> bool:
+    """Whether ``tokens`` go on into ``node``: its key agrees with them as far as both go."""
+    edge = tuple(node.key.token_ids)
+    return edge[: len(tokens)] == tokens[: len(edge)]
 
 
 def factory(page_size: int, host: Host) -> SglangSwaAdapter:

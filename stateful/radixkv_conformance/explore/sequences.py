@@ -34,7 +34,6 @@ reports which it used and how fast it ran.
 from __future__ import annotations
 
 import multiprocessing
-import re
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -55,30 +54,15 @@ from radixkv_conformance.explore.driver import (
     State,
     quiet_build_context,
 )
+from radixkv_conformance.findings import (
+    Failure,
+    Finding,
+    describe,
+    finding_id,
+    finding_lines,
+)
 from radixkv_conformance.protocol import AdapterError
-from radixkv_conformance.trace import slug
-
-
-@dataclass
-class ShortestFinding:
-    """One distinct finding (the kit's id: ``INV-n:check``), with the shortest sequence that
-    reached it and, from the kit's machines, its FORMAT.md trace."""
-
-    id: str
-    check: str
-    message: str
-    page_variant: tuple[tuple[str, Any], ...]
-    steps: list[RuleCall]
-    trace: dict[str, Any] | None = None
-
-    @property
-    def invariant(self) -> str | None:
-        found = re.search(r"\bINV-\d+\b", self.message)
-        return found.group(0) if found else None
-
-    def lines(self) -> list[str]:
-        start = ", ".join(f"{k}={v!r}" for k, v in self.page_variant)
-        return [f"start({start})"] + [step.text() for step in self.steps]
+from radixkv_conformance.trace import file_label
 
 
 @dataclass
@@ -93,7 +77,7 @@ class ExhaustiveReport:
     pruned_noops: int = 0
     seconds: float = 0.0
     by_length: Counter[int] = field(default_factory=Counter)
-    findings: dict[str, ShortestFinding] = field(default_factory=dict)  # by finding id
+    findings: dict[str, Failure] = field(default_factory=dict)  # by finding id, shortest
     acknowledged: int = 0  # sequences that hit a finding acknowledged with ``known``
     starts: int = 0  # initial states: what the initialize rules drew (page size, window ...)
     representatives: set[str] = field(default_factory=set)  # draws with one value
@@ -128,12 +112,11 @@ class ExhaustiveReport:
 # ---- the exploration ------------------------------------------------------------------------
 
 
-def listed(findings: Iterable[ShortestFinding]) -> list[str]:
+def listed(findings: Iterable[Failure]) -> list[str]:
     """A report's findings, numbered, each with its steps."""
     lines: list[str] = []
     for i, finding in enumerate(findings, 1):
-        lines.append(f"  finding {i} [{finding.id}] {finding.check}: {finding.message}")
-        lines += [f"      {line}" for line in finding.lines()]
+        lines += finding_lines(finding, i, "explorer report")
     return lines
 
 
@@ -242,29 +225,25 @@ class Explorer:
         found = self._finding(state, path, error)
         if found is None:
             return
-        shortest = self.report.findings.get(found.id)
-        if shortest is None or len(path) < len(shortest.steps):
-            self.report.findings[found.id] = found
+        shortest = self.report.findings.get(found.finding)
+        if shortest is None or len(path) < len(shortest.calls):
+            self.report.findings[found.finding] = found
 
-    def _finding(
-        self, state: State, path: list[RuleCall], error: Exception
-    ) -> ShortestFinding | None:
+    def _finding(self, state: State, path: list[RuleCall], error: Exception) -> Failure | None:
         """What ``error`` after ``path`` is: a finding, or (None) an acknowledged one."""
-        from radixkv_conformance import findings
-
         if isinstance(error, UnsatisfiedAssumption):  # a known one the run cannot go past
             if not _acknowledged_now(state):
                 self.report.acknowledged += 1
             return None
-        if isinstance(error, findings.Finding):  # the kit's machine: id, check and trace
-            found = ShortestFinding(
-                error.finding_id, error.check, error.message, state.variant, path
+        calls = tuple(path)
+        if isinstance(error, Finding):  # the kit's machine: id, check and trace
+            return Failure(
+                error.finding_id, error.check, error.message, error.trace, state.variant, calls
             )
-            found.trace = error.trace
-            return found
         check = _check_name(state.machine) or (path[-1].rule if path else "start")
-        fid = findings.finding_id(check, error)
-        return ShortestFinding(fid, check, findings.describe(error), state.variant, path)
+        no_trace: dict[str, Any] = {}  # a machine other than the kit's keeps none
+        fid, message = finding_id(check, error), describe(error)
+        return Failure(fid, check, message, no_trace, state.variant, calls)
 
     def _maybe_progress(self) -> None:
         now = time.perf_counter()
@@ -416,8 +395,8 @@ def command(targets: Sequence[Target], depth: int, traces: Path, jobs: int = 1) 
         reports.append(report)
         print(report.render(), flush=True)
         for i, finding in enumerate(report.findings.values(), 1):
-            if finding.trace is not None:
-                path = traces / f"exhaustive-{slug(target.label)}-{i}.json"
+            if finding.trace:  # the kit's machines trace every finding
+                path = traces / f"exhaustive-{file_label(target.label)}-{i}.json"
                 write(finding.trace, path)
                 print(f"  trace of finding {i}: {path}")
     total = sum(r.sequences for r in reports)

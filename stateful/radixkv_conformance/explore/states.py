@@ -49,12 +49,12 @@ from radixkv_conformance.explore.memory import memory_picture
 from radixkv_conformance.explore.sequences import (
     ExhaustiveReport,
     Explorer,
-    ShortestFinding,
     Target,
     listed,
 )
 from radixkv_conformance.explore.workers import Workers, tallies, why_not_fork
-from radixkv_conformance.trace import slug
+from radixkv_conformance.findings import Failure, finding_lines
+from radixkv_conformance.trace import file_label
 
 LOW = 1 << 10
 """Where the kit's KV indices start in an explored run: above every number the bounds give
@@ -293,6 +293,9 @@ CONSTANT = frozenset({"page_size", "window", "profile", "caps"})  # the start va
 LEDGER = frozenset({"given", "freed", "swa_freed", "given_slots", "freed_slots"})
 COUNTERS = frozenset({"next_index", "next_slot"})  # every new one is above every given one
 OWN = frozenset({"sut", "model", "keys_seen", "cached_refs"})
+PER_LOCK = frozenset({"swa_extents"})
+"""The kit's records of each lock held, keyed by the step that took it: a number of the
+history, not of the state, so each is pictured by its lock's own picture instead (``_per_lock``)."""
 
 
 def canonical(
@@ -364,12 +367,9 @@ def _cache_objects(value: Any) -> list[Any]:
 
 def _kit(m: Any, bundles: dict[str, list[Any]], owned: frozenset[str], names: Names) -> Hashable:
     skip = owned | HISTORY | STALENESS | CONSTANT | LEDGER | COUNTERS | OWN
+    locks = bundles.get("locks", [])
     rest = tuple(
-        sorted(
-            (k, _opaque(v) if k in HASHES else _plain(v))
-            for k, v in vars(m).items()
-            if k not in skip
-        )
+        sorted((k, _kit_value(m, k, v, locks, names)) for k, v in vars(m).items() if k not in skip)
     )
     held = tuple(  # an empty bundle is no bundle (a rule may target one it never fills)
         (name, _handles(m, values, name != "locks", names))
@@ -378,6 +378,28 @@ def _kit(m: Any, bundles: dict[str, list[Any]], owned: frozenset[str], names: Na
     )
     refs = _handles(m, _refs(m), True, names)
     return (held, refs, tuple(sorted(set(map(tuple, m.keys_seen)))), rest)
+
+
+def _kit_value(m: Any, name: str, value: Any, locks: Sequence[Any], names: Names) -> Hashable:
+    if name in HASHES:
+        return _opaque(value)
+    if name in PER_LOCK:
+        return _per_lock(m, value, locks, names)
+    return _plain(value)
+
+
+def _per_lock(m: Any, records: Any, locks: Sequence[Any], names: Names) -> Hashable:
+    """Records kept per lock (``PER_LOCK``), by the step of the lock that took each: grouped
+    by the position each names, oldest first (an unlock without its receipt undoes the
+    newest on its node); with receipts each beside its lock's picture (the unlock of a lock
+    forgets that lock's record), without them alone (the locks of one node are alike)."""
+    held = {lock.step: lock for lock in locks}
+    by_position: dict[Hashable, list[Hashable]] = {}
+    for step, record in sorted(records.items()):
+        lock = held.get(step)
+        name = _handle(m, lock, names) if lock is not None and m.unlock_by_token else None
+        by_position.setdefault(_plain(record.position), []).append((name, _plain(record)))
+    return ("per lock", *_sorted([(at, tuple(kept)) for at, kept in by_position.items()]))
 
 
 def _handles(m: Any, values: Sequence[Any], as_set: bool, names: Names) -> Hashable:
@@ -402,7 +424,7 @@ def _named(value: Any, names: Names) -> Hashable:
     return names[id(value)] if id(value) in names else _shallow(value)
 
 
-HASHES = frozenset({"hash_of", "page_of", "page_stream"})
+HASHES = frozenset({"hash_of", "page_of", "page_stream", "router_stream"})
 """The kit's records of page hashes (a function of namespace and tokens, never of history):
 compared as text, so no digit in a digest is renamed along with the KV indices."""
 
@@ -559,7 +581,7 @@ class StatesReport:
     beyond: int = 0  # successors past the lock bound: checked, not expanded
     seconds: float = 0.0
     by_depth: Counter[int] = field(default_factory=Counter)
-    findings: dict[str, ShortestFinding] = field(default_factory=dict)
+    findings: dict[str, Failure] = field(default_factory=dict)
     outcomes: set[Hashable] = field(default_factory=set)  # what states show (``_outcome``)
     acknowledged: int = 0
     notes: list[str] = field(default_factory=list)
@@ -608,7 +630,7 @@ class _Breadth(Explorer):
         self.states, self.bounds = report, bounds
         self.visited: set[Hashable] = set()
         self.deadline = float("inf")
-        self.on_finding: Callable[[ShortestFinding], None] | None = None
+        self.on_finding: Callable[[Failure], None] | None = None
 
     def copy_failed(self, error: Exception) -> None:
         self.states.fork = "rerun"
@@ -736,13 +758,13 @@ class _Breadth(Explorer):
         if finding is not None:
             self._keep(finding)
 
-    def _keep(self, finding: ShortestFinding) -> None:
+    def _keep(self, found: Failure) -> None:
         """Breadth first, the first sequence to a finding is a shortest one: said at once."""
-        shortest = self.report.findings.get(finding.id)
-        if shortest is None or len(finding.steps) < len(shortest.steps):
-            self.report.findings[finding.id] = finding
+        shortest = self.report.findings.get(found.finding)
+        if shortest is None or len(found.calls) < len(shortest.calls):
+            self.report.findings[found.finding] = found
             if shortest is None and self.on_finding is not None:
-                self.on_finding(finding)
+                self.on_finding(found)
 
 
 @dataclass
@@ -751,7 +773,7 @@ class Successor:
 
     state: State | None  # the state it leads to, where that state is to be kept
     step: RuleCall
-    finding: ShortestFinding | None = None
+    finding: Failure | None = None
     beyond: bool = False  # past the lock bound: checked, not expanded
     key: Hashable = None  # the canonical key of a state to keep (``canonical``)
 
@@ -784,7 +806,7 @@ def explore_states(
     fork: Fork = "copy",
     progress: Callable[[StatesReport], None] | None = None,
     budget: float | None = None,
-    on_finding: Callable[[ShortestFinding], None] | None = None,
+    on_finding: Callable[[Failure], None] | None = None,
     jobs: int = 1,
 ) -> StatesReport:
     """Breadth-first exploration of ``machine_cls`` within ``bounds``; never raises for a
@@ -838,7 +860,7 @@ def command(
     for target in targets:
         bounds = own_bounds(text, target.label) if own else parse_bounds(text)
         stages = bounds.stages() if budget is not None and not own else (bounds,)
-        announce = Announce(target.label, traces / f"states-{slug(target.label)}")
+        announce = Announce(target.label, traces / f"states-{file_label(target.label)}")
         for stage in stages:
             with Progress(target.label) as bar:
 
@@ -869,21 +891,17 @@ class Announce:
         self.label, self.prefix, self.count = label, prefix, 0
         self.said: set[str] = set()  # a later stage finds them again: said once
 
-    def __call__(self, finding: ShortestFinding) -> None:
+    def __call__(self, found: Failure) -> None:
         from radixkv_conformance.trace import write
 
-        if finding.id in self.said:
+        if found.finding in self.said:
             return
-        self.said.add(finding.id)
+        self.said.add(found.finding)
         self.count += 1
-        print(
-            f"{self.label}: finding {self.count} [{finding.id}] {finding.check}: "
-            f"{finding.message} ({len(finding.steps)} steps, shortest)"
-        )
-        print("\n".join(f"      {line}" for line in finding.lines()))
-        if finding.trace is not None:
+        print("\n".join(finding_lines(found, self.count, "found shortest", self.label)))
+        if found.trace:  # the kit's machines trace every finding
             path = self.prefix.with_name(f"{self.prefix.name}-{self.count}.json")
-            write(finding.trace, path)
+            write(found.trace, path)
             print(f"  trace: {path}")
         print(flush=True)
 

@@ -10,41 +10,96 @@ radixkv's hashes, a hash a router cannot recompute from the tokens and the names
 (INV-42) — and compares the pages it rebuilt with the cache's contents (INV-43). With
 another engine's own hashes (profile ``event_hashes="opaque"``) the hashes are only names,
 and pages are compared by their token paths, namespaces aside.
+
+An adapter claiming ``router_events`` also hands over the stream as a router receives it,
+after the engine's filter (``PublishedEventsAdapter.take_published_events``). A second
+oracle (``published=True``) applies those records to a model of its own, under the same
+rules INV-40..42 (a removal there must name a page that was sent), and compares the pages
+it rebuilt with the cached pages a router is told (``radixkv_spec.events.router_told``:
+none of the ``""`` namespace, none with a token past u32 on its root path), INV-43.
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Mapping
-from typing import Any
+from collections.abc import Set as AbstractSet
+from typing import Any, NamedTuple, cast
 
-from radixkv_spec.events import EventStreamModel, HashPolicy, Layout
+from radixkv_spec.events import (
+    EventStreamModel,
+    HashPolicy,
+    Layout,
+    Stored,
+    parse_record,
+    told_positions,
+)
 from radixkv_spec.invariants import holds
+from radixkv_spec.tokens import Position
 
-from radixkv_conformance.protocol import EventsAdapter, PagePlace
+from radixkv_conformance.protocol import EventsAdapter, PagePlace, PublishedEventsAdapter
+
+RAW_STREAM = "the event stream"
+PUBLISHED_STREAM = "the published stream (after the engine's router filter)"
+
+
+class Applied(NamedTuple):
+    """What one check applied: its records, and the pages their ``BlockStored`` added."""
+
+    records: int
+    stored: int
 
 
 class EventsOracle:
-    """One cache's stream, applied after every step and compared with its contents."""
+    """One cache's stream, applied after every step and compared with its contents.
+
+    ``published``: the stream a router receives (``take_published_events``), compared with
+    the cached pages a router is told; else the listener's whole stream (``take_events``).
+    """
 
     def __init__(
-        self, page_size: int, hashes: HashPolicy = "radixkv", layout: Layout = "sglang"
+        self,
+        page_size: int,
+        hashes: HashPolicy = "radixkv",
+        layout: Layout = "sglang",
+        published: bool = False,
     ) -> None:
         self.stream = EventStreamModel(page_size, hashes, layout)
+        self.published = published
 
-    def check(self, adapter: EventsAdapter, contents: Mapping[Any, Any]) -> int:
+    def check(
+        self, adapter: EventsAdapter | PublishedEventsAdapter, contents: Mapping[Any, Any]
+    ) -> int:
         """Apply the new records and compare; returns how many records were applied."""
-        records = adapter.take_events()
-        for record in records:
-            self.stream.apply_wire(record)
-        pages = page_places(contents)
+        return self.check_stream(adapter, contents).records
+
+    def check_stream(
+        self, adapter: EventsAdapter | PublishedEventsAdapter, contents: Mapping[Any, Any]
+    ) -> Applied:
+        """Apply the new records and compare (INV-40..43); what they applied."""
+        records, stored = self._take(adapter), 0
+        for wire in records:  # each record decoded and applied before the next is read
+            record = parse_record(wire, self.stream.layout)
+            self.stream.apply(record)
+            stored += len(record.block_hashes) if isinstance(record, Stored) else 0
+        expected = self._expected(page_places(contents))
+        which = PUBLISHED_STREAM if self.published else RAW_STREAM
         if self.stream.hashes == "radixkv":
             rebuilt = self.stream.positions()
-            holds(rebuilt == pages, "INV-43", _differ(rebuilt, pages))
+            holds(rebuilt == expected, "INV-43", _differ(which, rebuilt, expected))
         else:
-            paths, cached = self.stream.path_counts(), Counter(path for _, path in pages)
-            holds(paths == cached, "INV-43", _differ(set(paths.elements()), set(cached)))
-        return len(records)
+            paths, cached = self.stream.path_counts(), Counter(path for _, path in expected)
+            holds(paths == cached, "INV-43", _differ(which, set(paths.elements()), set(cached)))
+        return Applied(len(records), stored)
+
+    def _take(self, adapter: EventsAdapter | PublishedEventsAdapter) -> list[Any]:
+        if self.published:
+            return cast(PublishedEventsAdapter, adapter).take_published_events()
+        return cast(EventsAdapter, adapter).take_events()
+
+    def _expected(self, pages: set[PagePlace]) -> AbstractSet[Position]:
+        """The pages the stream must rebuild: every cached one, or those a router is told."""
+        return told_positions(pages) if self.published else pages
 
 
 def page_places(contents: Mapping[Any, Any]) -> set[PagePlace]:
@@ -52,10 +107,11 @@ def page_places(contents: Mapping[Any, Any]) -> set[PagePlace]:
     return {(place[0], tuple(place[1])) for place in contents}
 
 
-def _differ(rebuilt: Iterable[object], cached: Iterable[object]) -> str:
+def _differ(which: str, rebuilt: Iterable[object], cached: Iterable[object]) -> str:
     stale, missing = set(rebuilt) - set(cached), set(cached) - set(rebuilt)
+    cached_as = "the cache's pages a router is told" if which == PUBLISHED_STREAM else "the cache's"
     return (
-        "the pages rebuilt from the event stream differ from the cache's: "
+        f"the pages rebuilt from {which} differ from {cached_as}: "
         f"{len(stale)} in the stream only (e.g. {sorted(map(str, stale))[:2]}), "
         f"{len(missing)} cached but not in the stream (e.g. {sorted(map(str, missing))[:2]})"
     )

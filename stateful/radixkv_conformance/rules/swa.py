@@ -7,23 +7,28 @@ hands the cache ownership of everything past ``prev_prefix_len``, and frees only
 unaligned tail (and, under ``duplicates="caller"``, what the spec says the cache drops).
 Every index has a full and an SWA state; after every step each is conserved (none leaked,
 none freed twice, none freed while a lock needs it) and the cache agrees with the spec.
+Where the adapter shows where its nodes begin (capability ``node_boundaries``), the pages it
+holds SWA-locked are exactly the whole nodes each held lock covers (``LockExtent``), not
+only within the range the spec admits without them (INV-21).
 """
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from collections.abc import Sequence
+from typing import Any, ClassVar, NamedTuple
 
 from hypothesis import strategies as st
 from hypothesis.stateful import invariant, precondition, rule
 from radixkv_spec.outcomes import InsertOutcome
-from radixkv_spec.swa import SlidingWindowModel
-from radixkv_spec.tokens import page_align
+from radixkv_spec.swa import SlidingWindowModel, nodes_are_whole
+from radixkv_spec.tokens import Position, page_align
 
 from radixkv_conformance.machines import (
     BAD_CALLS,
     ConformanceMachine,
     IllegalStep,
     Keywords,
+    LockRef,
     NodeRef,
     Step,
     end_run,
@@ -32,11 +37,19 @@ from radixkv_conformance.protocol import Indices, Inserted, Namespace
 from radixkv_conformance.strategies import EVICT_ALL, EVICT_AMOUNTS, up_to
 
 
+class LockExtent(NamedTuple):
+    """One lock's exact SWA extent (capability ``node_boundaries``): where it was taken and
+    the pages it SWA-locks, fixed at lock time."""
+
+    position: Position
+    pages: frozenset[Position]
+
+
 class SwaRules(ConformanceMachine):
     """RadixCache-like caches with ``sliding_window_size = W``."""
 
     mode: ClassVar[str] = "swa"
-    checks = ConformanceMachine.checks | {"swa"}
+    checks = ConformanceMachine.checks | {"swa", "node_boundaries"}
     match_invariant = "INV-23"
     insert_keywords: ClassVar[dict[str, Any]] = {"prev_prefix_len": 0, "swa_evicted_seqlen": 0}
     evict_keywords = ("swa_num_tokens",)
@@ -62,8 +75,18 @@ class SwaRules(ConformanceMachine):
         profile = self.session.profile
         tombstone_locks = profile.swa_tombstone_locks == "accepted"
         return SlidingWindowModel(
-            self.page_size, self.window, profile.victims, profile.swa_dead_insert, tombstone_locks
+            self.page_size,
+            self.window,
+            profile.victims,
+            profile.swa_dead_insert,
+            tombstone_locks,
+            profile.swa_window_tombstones,
         )
+
+    def setup(self, page_size: int, window: int | None = None) -> None:
+        # each lock's exact extent, by the lock's step (capability node_boundaries)
+        self.swa_extents: dict[int, LockExtent] = {}
+        super().setup(page_size, window)
 
     def choose_run_options(self, data: st.DataObject) -> None:
         # Under "optional" lock tokens a caller names every lock it undoes or none: None
@@ -122,8 +145,9 @@ class SwaRules(ConformanceMachine):
 
     def before_eviction(self) -> Keywords:
         """The pages the cache holds SWA-locked: at least every lock's window, and nothing
-        past a tombstone above a lock or outside every lock's path (INV-21). The model
-        judges the eviction's victims among the others."""
+        past a tombstone above a lock or outside every lock's path (INV-21); where the
+        adapter shows its nodes, exactly the whole nodes each lock covers. The model judges
+        the eviction's victims among the others."""
         locked = set(self.sut.swa_locked_pages())
         self.require(
             self.model.minimum_windows() <= locked, "INV-21: a lock's window is not SWA-locked"
@@ -133,7 +157,106 @@ class SwaRules(ConformanceMachine):
             "INV-21: a page past a tombstone or under no lock is SWA-locked",
             "past a tombstone",
         )
+        if self.has("node_boundaries"):
+            self.require_exact_extents(locked)
         return {"swa_locked": locked}
+
+    # ---- each lock's exact extent (capability node_boundaries) ---------------------------
+
+    def require_exact_extents(self, locked: set[Position]) -> None:
+        """The SWA-locked pages are the union of the held locks' exact extents: a node too
+        many keeps SWA KV held for a whole request, one too few lets it be freed."""
+        exact = set().union(*(extent.pages for extent in self.swa_extents.values()))
+        self.require(
+            locked <= exact,
+            "INV-21: a lock's SWA window runs past its nodes' exact extent",
+            "beyond-its-nodes",
+        )
+        self.require(
+            exact <= locked,
+            "INV-21: a page of a lock's exact extent is not SWA-locked",
+            "short-of-its-nodes",
+        )
+
+    def after_lock(self, held: LockRef) -> None:
+        """Where the adapter shows its nodes, the exact extent of a lock below the root, from
+        the nodes along its path now (a later split moves no token: the extent stays); the
+        SWA-locked pages are checked at once, where a wrong lock shows first."""
+        ref = held.node
+        if not (self.has("node_boundaries") and ref.prefix):
+            return
+        starts = self.reported_node_starts(ref)
+        pages = self.model.exact_window(ref.namespace, ref.prefix, starts)
+        self.swa_extents[held.step] = LockExtent((ref.namespace, ref.prefix), pages)
+        self.require_exact_extents(set(self.sut.swa_locked_pages()))  # found at the lock
+
+    def reported_node_starts(self, ref: NodeRef) -> list[int]:
+        """Where the adapter says the nodes along ``ref``'s path begin. A wrong report is a
+        finding (INV-21); where the spec's tombstones split a node of a right one, the
+        cache's tombstones are not the spec's (INV-23, acknowledged to get here). Either
+        way the lock's extent cannot be told: the run ends."""
+        starts = list(self.sut.node_starts(ref.prefix, ref.namespace))
+        wrong = self.wrong_node_starts(ref, starts)
+        split = wrong is None and self.splits_a_node(ref, starts)
+        if split and self.cache_tombstones_agree(ref):
+            wrong = "a node holds tombstones and live pages"
+        self.require(
+            wrong is None,
+            f"INV-21: node_starts of {list(ref.prefix)} gave {starts}: {wrong}",
+            "node-starts",
+        )
+        if wrong is not None or split:
+            self.session.stats["runs ended: no lock extent the spec can tell"] += 1
+            end_run()
+        return starts
+
+    def wrong_node_starts(self, ref: NodeRef, starts: Sequence[Any]) -> str | None:
+        """What is wrong with a report of where the nodes along ``ref``'s path begin (None:
+        nothing): sorted offsets from 0, page-aligned, below the path's length."""
+        p, length = self.page_size, len(ref.prefix)
+        if not all(isinstance(s, int) and not isinstance(s, bool) for s in starts):
+            return "not token offsets (ints)"
+        if list(starts[:1]) != [0] or list(starts) != sorted(set(starts)):
+            return "not distinct sorted offsets from 0"
+        if any(s % p or s >= length for s in starts):
+            return f"not multiples of page_size {p} below {length}"
+        return None
+
+    def splits_a_node(self, ref: NodeRef, starts: Sequence[int]) -> bool:
+        """Whether the spec's tombstones split one of the reported nodes: a cache tombstones
+        whole nodes, so either the report is wrong or the cache's tombstones differ from
+        the spec's (a finding already, INV-23, acknowledged to get here)."""
+        tombstones, path = self.model.tombstones, ref.prefix
+        return not nodes_are_whole(ref.namespace, path, starts, tombstones, self.page_size)
+
+    def cache_tombstones_agree(self, ref: NodeRef) -> bool:
+        """Whether the cache tombstones the pages along ``ref``'s path as the spec does."""
+        along: set[Position] = set(self.model.path_pages(ref.namespace, ref.prefix))
+        cached = {q for q, (_, tomb) in self.sut.swa_pages().items() if q in along and tomb}
+        return bool(cached == along & self.model.tombstones)
+
+    def after_unlock(self, held: LockRef) -> None:
+        """Forget the extent of the lock the cache released: the one the receipt names, or,
+        unlocked without one, the newest on the node (what the cache undoes then); then
+        check the SWA-locked pages, where an unlock that releases too much or too little
+        shows first."""
+        if not self.has("node_boundaries"):
+            return
+        if self.unlock_by_token:
+            self.swa_extents.pop(held.step, None)
+        else:
+            position = (held.node.namespace, held.node.prefix)
+            mine = [step for step, kept in self.swa_extents.items() if kept.position == position]
+            if mine:
+                del self.swa_extents[max(mine)]
+        self.require_exact_extents(set(self.sut.swa_locked_pages()))  # found at the unlock
+
+    def do_reset(self) -> None:
+        """A reset drops every lock with the tree: their extents go too."""
+        resets = self.resets
+        super().do_reset()
+        if self.resets != resets:
+            self.swa_extents.clear()
 
     # ---- rules ---------------------------------------------------------------------------
 
