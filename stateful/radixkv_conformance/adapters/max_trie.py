@@ -5,7 +5,8 @@ so the machine's per-token ownership checks apply unchanged. The trie reports no
 ``prefix_len`` (profile ``duplicates="kept"``); locks are fresh sequence ids; evicted
 blocks go to ``host.free`` one page at a time, in the order ``evict_blocks`` returns them.
 The trie's KV events (``event_listener``) are checked as every cache's are: the pages a
-router rebuilds from them are the pages the trie holds.
+router rebuilds from them are the pages the trie holds, before and after radixkv's
+``RouterFilter`` (``router_events``).
 
 The trie takes any hashable token (MAX's API: its callers may key it by words); the
 adapter plays a MAX engine, whose tokens are its tokenizer's ids, so it checks every key
@@ -21,9 +22,8 @@ from collections.abc import Hashable, Sequence
 from typing import Any
 
 import radixkv
-from radixkv.events import EventRecorder, to_wire
 from radixkv.keys import validate_tokens
-from radixkv_conformance.adapters.radixkv import CanonicalTree
+from radixkv_conformance.adapters.radixkv import CanonicalTree, EventStreams
 from radixkv_conformance.profile import MAX_RADIX_TRIE
 from radixkv_conformance.protocol import Host, Sizes
 from radixkv_conformance.protocol import TokenPlace as Slot
@@ -31,25 +31,20 @@ from radixkv_conformance.protocol import TokenPlace as Slot
 PROFILE = MAX_RADIX_TRIE
 
 
-class RadixTrieAdapter:
+class RadixTrieAdapter(EventStreams):
     usage_errors: tuple[type[BaseException], ...] = (radixkv.UsageError,)
-    capabilities = frozenset({"bad_input", "unlock_checks", "events", "relock"})
+    capabilities = frozenset({"bad_input", "unlock_checks", "events", "router_events", "relock"})
     notes = (
         "the adapter aligns keys itself, as MAX callers do, and hands the trie token ids: it "
         "refuses a bad token itself (the trie takes any hashable token)"
     )
 
     def __init__(self, page_size: int, host: Host) -> None:
+        super().__init__()  # a tail trim's records name the pages it removed
         self.page_size = page_size
         self.host = host
-        self.events = EventRecorder()
-        self.trie = radixkv.RadixTrie(page_size, event_listener=self.events)
+        self.trie = radixkv.RadixTrie(page_size, event_listener=self.hear)
         self.sequences = itertools.count()
-
-    def take_events(self) -> list[Any]:
-        """Every record the trie published since the last call (each page stored, each
-        block evicted: a tail trim names the pages it removed), in its wire form."""
-        return [to_wire(event) for event in self.events.take()]
 
     def _pages(self, indices: tuple[int, ...], n_pages: int) -> list[tuple[int, ...]]:
         p = self.page_size

@@ -94,17 +94,12 @@ class _CallerBuffers:
         self.values.clear()
 
 
-class _OwnCacheAdapter:
-    """What the adapters of radixkv's own caches share: the kit's view of evictions, the
-    caller's buffers, the cache's own invariant check and events."""
+class EventStreams:
+    """A radixkv cache's KV events twice: as its listener hears them (``take_events``), and
+    as radixkv's publisher sends them, after ``RouterFilter`` (``take_published_events``):
+    the kit checks the cache's whole stream and a router's view (``router_events``)."""
 
-    usage_errors: tuple[type[BaseException], ...] = (radixkv.UsageError,)
-    cache: radixkv.RadixCache | radixkv.MambaRadixCache
-
-    def __init__(self, page_size: int) -> None:
-        self.page_size = page_size
-        self.evicted_ids: list[int] = []
-        self.buffers = _CallerBuffers()
+    def __init__(self) -> None:
         self.events = EventRecorder()
         self.router_filter = RouterFilter()  # what radixkv's publisher applies before it sends
         self.published = EventRecorder()
@@ -116,18 +111,31 @@ class _OwnCacheAdapter:
         if sent is not None:
             self.published(sent)
 
-    def evicted_node_ids(self) -> list[Hashable]:
-        return list(self.evicted_ids)
-
     def take_events(self) -> list[Any]:
-        """Every record as the cache's listener hears it (a map tagged ``type``), before the
-        publisher's ``RouterFilter``: the kit checks the cache's whole stream (``events``)."""
+        """Every record as the cache's listener heard it since the last call, in its wire
+        form (a map tagged ``type``)."""
         return [to_wire(event) for event in self.events.take()]
 
     def take_published_events(self) -> list[Any]:
-        """The same records after ``RouterFilter``, as radixkv's publisher sends them: the
-        kit checks a router's view too (``router_events``)."""
+        """The same records after ``RouterFilter``, as radixkv's publisher sends them."""
         return [to_wire(event) for event in self.published.take()]
+
+
+class _OwnCacheAdapter(EventStreams):
+    """What the adapters of radixkv's own caches share: the kit's view of evictions, the
+    caller's buffers, the cache's own invariant check and events."""
+
+    usage_errors: tuple[type[BaseException], ...] = (radixkv.UsageError,)
+    cache: radixkv.RadixCache | radixkv.MambaRadixCache
+
+    def __init__(self, page_size: int) -> None:
+        super().__init__()
+        self.page_size = page_size
+        self.evicted_ids: list[int] = []
+        self.buffers = _CallerBuffers()
+
+    def evicted_node_ids(self) -> list[Hashable]:
+        return list(self.evicted_ids)
 
     def scribble(self) -> None:
         self.buffers.scribble()
