@@ -6,8 +6,9 @@ allocates KV indices and state slots, frees what the profile says the caller fre
 receives whatever the cache frees; after every step it checks that the cache agrees with
 the model and that every index and slot has exactly one owner.
 
-``ConformanceMachine`` is the core: handles, locks, reset, bad calls, the ledger of owners,
-the trace, and findings. The cache's *mode* adds one rule set with its spec model:
+``ConformanceMachine`` is the core: handles, locks, reset, bad calls, the trace, and
+findings, with the ledger of owners (``radixkv_conformance.ledger``). The cache's *mode*
+adds one rule set with its spec model:
 ``PlainRules`` (``radixkv_spec.model``), ``SwaRules`` (``radixkv_spec.swa``, capability
 ``swa``) and ``MambaRules`` (``radixkv_spec.mamba``, capability ``mamba``). Capabilities
 without a model of their own (namespaces, hashing, reset, bad input, unlock checks, stale
@@ -31,7 +32,7 @@ the trace of its run (``radixkv_conformance.findings``).
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, NoReturn
@@ -53,7 +54,6 @@ from radixkv_spec.hashing import page_hashes as spec_page_hashes
 from radixkv_spec.invariants import SpecViolation
 from radixkv_spec.outcomes import (
     EvictionOutcome,
-    FreeEvent,
     InsertOutcome,
     MatchOutcome,
     ResetOutcome,
@@ -72,6 +72,7 @@ from radixkv_conformance.findings import (
     message_key,
     slug,
 )
+from radixkv_conformance.ledger import KitHost, OwnershipLedger
 from radixkv_conformance.profile import RADIXKV, Profile
 from radixkv_conformance.protocol import (
     CAPABILITIES,
@@ -203,33 +204,6 @@ def adapter_rejected(error: UnsatisfiedAssumption) -> AdapterError:
     )
 
 
-class KitHost:
-    """The serving engine around the cache, as the adapter's factory sees it."""
-
-    def __init__(self, machine: ConformanceMachine, window: int | None) -> None:
-        self.page_size = machine.page_size
-        self.sliding_window = window
-        self._machine = machine
-
-    def __call__(self, indices: Indices) -> None:
-        self.free(indices)
-
-    def free(self, indices: Indices) -> None:
-        self._machine.cache_freed("free", tuple(int(i) for i in indices))
-
-    def free_swa(self, indices: Indices) -> None:
-        self._machine.cache_freed("free_swa", tuple(int(i) for i in indices))
-
-    def alloc_slot(self) -> int | None:
-        return self._machine.lend_slot()
-
-    def free_slot(self, slot: int) -> None:
-        self._machine.cache_freed("slot", (int(slot),))
-
-    def copy_state(self, src: int, dst: int) -> None:
-        self._machine.state_copied(int(src), int(dst))
-
-
 @dataclass(frozen=True)
 class NodeRef:
     """A handle the cache returned, the position it ends at, and when it was taken."""
@@ -250,7 +224,7 @@ class LockRef:
     refused: bool = False  # the cache (rightly) rejected the lock: nothing to undo
 
 
-class ConformanceMachine(RuleBasedStateMachine):
+class ConformanceMachine(OwnershipLedger, RuleBasedStateMachine):
     """The core every mode shares (see the module doc). ``session`` is set by
     ``machine_for``; everything else lives on the instance, one per run."""
 
@@ -308,17 +282,9 @@ class ConformanceMachine(RuleBasedStateMachine):
         self.trace: list[Step] = []
         self.acknowledged: list[tuple[int, str]] = []  # (step, id) of each known hit
         self.check = "setup"
-        self.events: list[FreeEvent] = []  # what the cache freed, in order
-        self.copies: list[tuple[int, int]] = []
+        self.start_ledger()
         # the last match: namespace, key, the engine's indices (a request resumes from them)
         self.last_match: tuple[Namespace, tuple[int, ...], tuple[int, ...]] | None = None
-        self.next_index = 0  # the next fresh index; `given` is the ledger's truth
-        self.next_slot = 0
-        self.given: set[int] = set()  # every index handed out (allocated, or from a trace)
-        self.given_slots: set[int] = set()
-        self.freed: set[int] = set()
-        self.swa_freed: set[int] = set()
-        self.freed_slots: set[int] = set()
         self.keys_seen: list[tuple[int, ...]] = [()]
         # the newest handle on each cached position below the root, oldest first (for lock)
         self.cached_refs: dict[tuple[Namespace, tuple[int, ...]], NodeRef] = {}
@@ -333,7 +299,7 @@ class ConformanceMachine(RuleBasedStateMachine):
             page_size, self.session.situations, self.session.coverage, self.session.decisive
         )
         with self.checking("setup"):
-            self.sut: Any = self.session.factory(page_size, KitHost(self, window))
+            self.sut: Any = self.session.factory(page_size, KitHost(page_size, window, self))
         self.page_stream = (
             EventsOracle(page_size, self.profile.event_hashes, self.profile.event_layout)
             if self.has("events")
@@ -462,67 +428,6 @@ class ConformanceMachine(RuleBasedStateMachine):
         raise finding_type(fid)(message, check, document) from error
 
     # ---- the ledger: who owns every index and slot ---------------------------------------
-
-    def cache_freed(self, kind: str, payload: tuple[int, ...]) -> None:
-        self.events.append((kind, payload))
-        self.release(kind, payload, by="cache")
-
-    def release(self, kind: str, indices: Sequence[int], by: str) -> None:
-        if kind == "slot":
-            for slot in indices:
-                self.require(
-                    slot in self.given_slots,
-                    f"INV-33: {by} freed slot {slot}, never given",
-                    "never-given",
-                )
-                self.require(
-                    slot not in self.freed_slots, f"INV-33: {by} freed slot {slot} twice", "twice"
-                )
-                self.freed_slots.add(slot)
-            return
-        for i in indices:
-            self.require(
-                i in self.given, f"INV-7: {by} freed {i}, which was never allocated", "never-given"
-            )
-            self.require(i not in self.freed, f"INV-7: {by} freed index {i} twice", "twice")
-            if kind == "free_swa":
-                self.require(i not in self.swa_freed, f"INV-24: {by} freed the SWA KV of {i} twice")
-            else:
-                self.freed.add(i)
-            self.swa_freed.add(i)
-
-    def allocate(self, n: int) -> tuple[int, ...]:
-        out = tuple(range(self.next_index, self.next_index + n))
-        self.hand_out(out)
-        return out
-
-    def hand_out(self, indices: Sequence[int]) -> None:
-        """The caller holds ``indices`` now: freshly allocated, or as a replayed trace gives
-        them. The ledger counts exactly these, so a trace with steps cut out (minimized)
-        never shows the indices it no longer hands out as leaked."""
-        self.given.update(indices)
-        self.next_index = max(self.next_index, max(indices, default=-1) + 1)
-
-    def new_slot(self) -> int:
-        slot = self.next_slot
-        self.hand_out_slot(slot)
-        return slot
-
-    def lend_slot(self) -> int | None:
-        """A slot the pool lends the cache (``host.alloc_slot``); a mode whose pool can be
-        full answers ``None`` (``MambaRules``)."""
-        return self.new_slot()
-
-    def hand_out_slot(self, slot: int) -> None:
-        """As ``hand_out``, for a state slot."""
-        self.given_slots.add(slot)
-        self.next_slot = max(self.next_slot, slot + 1)
-
-    def state_copied(self, src: int, dst: int) -> None:
-        self.copies.append((src, dst))
-
-    def frees_since(self, seen: int, kind: str = "free") -> list[int]:
-        return [i for k, group in self.events[seen:] if k == kind for i in group]
 
     def settle_duplicates(self, duplicates: Indices, seen: int) -> None:
         """The caller's indices for the cached prefix that the cache does not keep: the

@@ -14,13 +14,13 @@ from radixkv_spec.cross import decisive
 from radixkv_spec.policies import DEFAULT_REFRESH
 from radixkv_spec.situations import declared
 
+from radixkv_conformance.ledger import KitHost, idle_host
 from radixkv_conformance.machines import ConformanceMachine, Session
 from radixkv_conformance.profile import RADIXKV, Profile
 from radixkv_conformance.protocol import (
     AdapterBroken,
     AdapterError,
     AdapterFactory,
-    Indices,
     require_capabilities,
 )
 from radixkv_conformance.rules.mamba import MambaRules
@@ -61,7 +61,7 @@ def probe_adapter(factory: AdapterFactory, profile: Profile) -> Any:
     A factory that refuses its options (``ValueError``, ``LookupError``: a bad
     ``--option``) raises that; one that cannot be called as ``factory(page_size, host)``
     with them, or fails otherwise, is ``AdapterBroken``."""
-    probe = _ProbeHost(profile.page_sizes[0], profile.windows[0])
+    probe = idle_host(profile.page_sizes[0], profile.windows[0])
     try:
         return factory(probe.page_size, probe)
     except (ValueError, LookupError):
@@ -75,7 +75,7 @@ def probe_adapter(factory: AdapterFactory, profile: Profile) -> Any:
         ) from error
 
 
-def _options_do_not_bind(factory: AdapterFactory, probe: _ProbeHost) -> bool:
+def _options_do_not_bind(factory: AdapterFactory, probe: KitHost) -> bool:
     """The factory's own signature takes ``(page_size, host)`` but not the options bound to
     it (a ``functools.partial`` of ``--option``s): the command line's mistake."""
     if not isinstance(factory, functools.partial) or not factory.keywords:
@@ -98,34 +98,6 @@ def _options_do_not_bind(factory: AdapterFactory, probe: _ProbeHost) -> bool:
 def probe_capabilities(factory: AdapterFactory, profile: Profile) -> frozenset[str]:
     """Check what the factory's adapters claim, before any run (``AdapterError``)."""
     return require_capabilities(probe_adapter(factory, profile))
-
-
-class _ProbeHost:
-    """A host for the up-front capability check; nothing is called on it in practice."""
-
-    def __init__(self, page_size: int, window: int) -> None:
-        self.page_size = page_size
-        self.sliding_window: int | None = window
-        self.slots = 0
-
-    def __call__(self, indices: Indices) -> None:
-        self.free(indices)
-
-    def free(self, indices: Indices) -> None:
-        """Nothing is cached yet, so nothing is freed."""
-
-    def free_swa(self, indices: Indices) -> None:
-        """As ``free``."""
-
-    def alloc_slot(self) -> int:
-        self.slots += 1
-        return self.slots - 1
-
-    def free_slot(self, slot: int) -> None:
-        """As ``free``."""
-
-    def copy_state(self, src: int, dst: int) -> None:
-        """As ``free``."""
 
 
 def machine_for(

@@ -12,7 +12,7 @@ import inspect
 from typing import Any
 
 import pytest
-from radixkv_conformance.registry import _ProbeHost
+from radixkv_conformance.ledger import idle_host
 from radixkv_conformance.targets import OWN, SHAPES, load
 
 FEATURES = {  # what a cache offers -> the capability that checks it
@@ -39,14 +39,14 @@ def _features(cache: Any) -> set[str]:
 @pytest.mark.parametrize(("label", "target"), SHAPES, ids=[label for label, _ in SHAPES])
 def test_each_adapter_claims_what_its_cache_offers(label: str, target: str) -> None:
     factory, _ = load(target)
-    adapter = factory(1, _ProbeHost(1, 2))
+    adapter = factory(1, idle_host(1, 2))
     offered = {FEATURES[feature] for feature in _features(_cache(adapter))}
     assert offered <= adapter.capabilities, f"{label}: unclaimed {offered - adapter.capabilities}"
 
 
 def test_the_trie_claims_its_events() -> None:
     factory, _ = load(dict(SHAPES)["RadixTrie"])
-    assert "events" in factory(1, _ProbeHost(1, 2)).capabilities
+    assert "events" in factory(1, idle_host(1, 2)).capabilities
 
 
 @pytest.mark.parametrize(("label", "target"), OWN, ids=[label for label, _ in OWN])
@@ -54,7 +54,7 @@ def test_each_adapter_with_events_claims_the_published_stream(label: str, target
     """radixkv's publisher sends every cache's stream through ``RouterFilter``: an adapter
     that claims ``events`` claims ``router_events`` too, so the kit judges a router's view."""
     factory, _ = load(target)
-    claims = factory(1, _ProbeHost(1, 2)).capabilities
+    claims = factory(1, idle_host(1, 2)).capabilities
     if "events" in claims:
         assert "router_events" in claims, label
 
@@ -64,5 +64,5 @@ def test_a_sliding_window_adapter_shows_its_nodes(label: str, target: str) -> No
     """Each of radixkv's trees is the adapter's to walk: with a window it claims
     ``node_boundaries``, so its SWA locks are judged on their exact extent, not a range."""
     factory, _ = load(target)
-    adapter = factory(1, _ProbeHost(1, 2))
+    adapter = factory(1, idle_host(1, 2))
     assert ("swa" in adapter.capabilities) == ("node_boundaries" in adapter.capabilities), label
