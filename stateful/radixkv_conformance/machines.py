@@ -88,7 +88,6 @@ from radixkv_conformance.protocol import (
     as_inserted,
     as_matched,
 )
-from radixkv_conformance.rules.events import EventsOracle
 from radixkv_conformance.strategies import (
     BAD_NAMESPACE,
     one_of,
@@ -300,18 +299,6 @@ class ConformanceMachine(OwnershipLedger, RuleBasedStateMachine):
         )
         with self.checking("setup"):
             self.sut: Any = self.session.factory(page_size, KitHost(page_size, window, self))
-        self.page_stream = (
-            EventsOracle(page_size, self.profile.event_hashes, self.profile.event_layout)
-            if self.has("events")
-            else None
-        )
-        self.router_stream = (  # what a router receives: the stream after the engine's filter
-            EventsOracle(
-                page_size, self.profile.event_hashes, self.profile.event_layout, published=True
-            )
-            if self.has("router_events")
-            else None
-        )
         self.count("runs")
 
     def new_model(self) -> Any:
@@ -1075,12 +1062,14 @@ class ConformanceMachine(OwnershipLedger, RuleBasedStateMachine):
 
     # ---- invariants every mode shares ----------------------------------------------------
 
+    own_invariants: ClassVar[tuple[str, ...]] = ()
+    """A rule set beside the mode's (``rules/events.py``, ``rules/receipts.py``): the
+    invariants it adds to the mode's ``invariant_names``."""
     invariant_names: ClassVar[tuple[str, ...]] = (
         "situations_reached",
         "spec_model_holds",
         "implementation_checks_itself",
         "node_events_are_exact",
-        "events_rebuild_the_pages",
     )
 
     def check_invariants_now(self) -> None:
@@ -1141,23 +1130,3 @@ class ConformanceMachine(OwnershipLedger, RuleBasedStateMachine):
             )
             live = self.sut.live_node_ids()
             self.require(not live & set(fired), "INV-11: on_node_evict fired for a live node")
-
-    @precondition(_started)
-    @invariant()
-    def events_rebuild_the_pages(self) -> None:
-        """Capability ``events`` (``rules/events.py``): the router's page set, rebuilt from the
-        records since the last step, is the cache's (INV-40..43); with ``router_events``,
-        the one rebuilt from the published records is the cached pages a router is told."""
-        if self.page_stream is None:
-            return
-        with self.checking("invariant: the event stream rebuilds the cached pages"):
-            contents = self.sut.contents()
-            applied = self.page_stream.check_stream(self.sut, contents)
-            self.session.stats["event records"] += applied.records
-        if self.router_stream is None:
-            return
-        with self.checking("invariant: the published stream rebuilds the pages a router is told"):
-            published = self.router_stream.check_stream(self.sut, contents)
-            self.session.stats["published event records"] += published.records
-            refused = applied.stored - published.stored  # stored, less what was published
-            self.session.stats["published stream: pages refused by the router filter"] += refused

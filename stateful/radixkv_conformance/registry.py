@@ -23,6 +23,7 @@ from radixkv_conformance.protocol import (
     AdapterFactory,
     require_capabilities,
 )
+from radixkv_conformance.rules.events import EventsRules
 from radixkv_conformance.rules.mamba import MambaRules
 from radixkv_conformance.rules.plain import PlainRules
 from radixkv_conformance.rules.receipts import ReceiptRules
@@ -156,5 +157,10 @@ def machine_for(
         situations=watched,
         decisive=decisive(lru) if profile.stores else (),
     )
-    bases = (ReceiptRules, rules) if receipts else (rules,)
-    return type(name, bases, {"session": session})
+    # the rule sets of capabilities beside the mode's, then the mode's own
+    beside = (
+        *((ReceiptRules,) if receipts else ()),
+        *((EventsRules,) if "events" in claims else ()),
+    )
+    invariants = rules.invariant_names + tuple(n for extra in beside for n in extra.own_invariants)
+    return type(name, (*beside, rules), {"session": session, "invariant_names": invariants})

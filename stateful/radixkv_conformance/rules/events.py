@@ -26,6 +26,7 @@ from collections.abc import Iterable, Mapping
 from collections.abc import Set as AbstractSet
 from typing import Any, NamedTuple, cast
 
+from hypothesis.stateful import invariant, precondition
 from radixkv_spec.events import (
     EventStreamModel,
     HashPolicy,
@@ -37,6 +38,7 @@ from radixkv_spec.events import (
 from radixkv_spec.invariants import holds
 from radixkv_spec.tokens import Position
 
+from radixkv_conformance.machines import ConformanceMachine
 from radixkv_conformance.protocol import EventsAdapter, PagePlace, PublishedEventsAdapter
 
 RAW_STREAM = "the event stream"
@@ -115,3 +117,39 @@ def _differ(which: str, rebuilt: Iterable[object], cached: Iterable[object]) -> 
         f"{len(stale)} in the stream only (e.g. {sorted(map(str, stale))[:2]}), "
         f"{len(missing)} cached but not in the stream (e.g. {sorted(map(str, missing))[:2]})"
     )
+
+
+class EventsRules(ConformanceMachine):
+    """Capability ``events`` (with ``router_events``, the published stream too), beside the
+    cache's mode: after every step, the pages a router rebuilds from the records since the
+    step before are the cache's (INV-40..43)."""
+
+    own_invariants = ("events_rebuild_the_pages",)
+
+    def setup(self, page_size: int, window: int | None = None) -> None:
+        super().setup(page_size, window)
+        hashes, layout = self.profile.event_hashes, self.profile.event_layout
+        self.page_stream = EventsOracle(page_size, hashes, layout)
+        self.router_stream = (  # what a router receives: the stream after the engine's filter
+            EventsOracle(page_size, hashes, layout, published=True)
+            if self.has("router_events")
+            else None
+        )
+
+    @precondition(ConformanceMachine._started)
+    @invariant()
+    def events_rebuild_the_pages(self) -> None:
+        """The router's page set, rebuilt from the records since the last step, is the
+        cache's; with ``router_events``, the one rebuilt from the published records is the
+        cached pages a router is told."""
+        with self.checking("invariant: the event stream rebuilds the cached pages"):
+            contents = self.sut.contents()
+            applied = self.page_stream.check_stream(self.sut, contents)
+            self.session.stats["event records"] += applied.records
+        if self.router_stream is None:
+            return
+        with self.checking("invariant: the published stream rebuilds the pages a router is told"):
+            published = self.router_stream.check_stream(self.sut, contents)
+            self.session.stats["published event records"] += published.records
+            refused = applied.stored - published.stored  # stored, less what was published
+            self.session.stats["published stream: pages refused by the router filter"] += refused
