@@ -541,7 +541,7 @@ MUTANTS: tuple[Mutant, ...] = (
         SWA,
         "            node.swa_tombstone = False\n            self._evictable += node.length\n",
         "            node.swa_tombstone = False\n",
-        SWA_MACHINE,
+        f"{SWA_MACHINE} tests/kit/test_swa_exact_locks.py",
     ),
     Mutant(
         "swa-insert-frees-protected-prefix",
@@ -625,7 +625,7 @@ KIT_FAMILIES: tuple[Mutant, ...] = (
         SWA,
         "            node.value = incoming.clone()  # a private copy",
         "            node.value = incoming  # a private copy",
-        SWA_MACHINE_AND_EXAMPLES,
+        f"{SWA_MACHINE_AND_EXAMPLES} tests/kit/test_swa_exact_locks.py",
     ),
     Mutant(
         "mamba-caller-buffer-kept-as-view",
