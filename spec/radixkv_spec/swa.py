@@ -67,19 +67,31 @@ def handle_window(
     pre: page_size >= 1 and (window is None or window >= 1)
     post: all(q[0] == ns and extends(path, q[1]) and q not in tombstones for q in __return__)
     """
+    nodes = [({(ns, q)}, page_size) for q in page_prefixes(path, page_size)]
+    return _walk_up(nodes, tombstones, window, through)
+
+
+def _walk_up(
+    nodes: Sequence[tuple[set[Position], int]],
+    tombstones: AbstractSet[Position],
+    window: int | None,
+    through: WindowTombstones,
+) -> set[Position]:
+    """The SWA window's walk: ``nodes`` (each its pages and its length in tokens, root
+    first) taken whole from the last upward while fewer than ``window`` tokens are covered
+    (``None``: no bound), a tombstone node met as ``through`` says."""
     kept: set[Position] = set()
     covered = 0
-    for q in reversed(page_prefixes(path, page_size)):
-        position = (ns, q)
+    for pages, length in reversed(nodes):
         if window is not None and covered >= window:
             break
-        if position in tombstones:
+        if pages & tombstones:
             if through == "stop":
                 break
-            covered += page_size if through == "count" else 0
+            covered += length if through == "count" else 0
             continue
-        kept.add(position)
-        covered += page_size
+        kept |= pages
+        covered += length
     return kept
 
 
@@ -142,20 +154,11 @@ def exact_window(
     post: __return__ <= handle_window(ns, path, tombstones, page_size, None, through)
     """
     pages = page_prefixes(path, page_size)
-    kept: set[Position] = set()
-    covered = 0
-    for start, end in reversed(node_spans(path, node_starts)):
-        node = {(ns, q) for q in pages[start // page_size : end // page_size]}
-        if covered >= window:
-            break
-        if node & tombstones:
-            if through == "stop":
-                break
-            covered += end - start if through == "count" else 0
-            continue
-        kept |= node
-        covered += end - start
-    return frozenset(kept)
+    nodes = [
+        ({(ns, q) for q in pages[start // page_size : end // page_size]}, end - start)
+        for start, end in node_spans(path, node_starts)
+    ]
+    return frozenset(_walk_up(nodes, tombstones, window, through))
 
 
 @dataclass
