@@ -123,8 +123,8 @@ def victim_a_lock_changed(t: Transition, since: Since, now: Recencies) -> bool:
     new_locks = t.before.locked - since.locked
     if not new_locks:
         return False
-    unlocked = t.before.locked - new_locks
-    would = first(leaves(t.before, t.page_size, unlocked), now.__getitem__)
+    locked_then = t.before.locked - new_locks
+    would = first(leaves(t.before, t.page_size, locked_then), now.__getitem__)
     return would is not None and would in new_locks
 
 
