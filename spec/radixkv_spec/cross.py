@@ -24,7 +24,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TypeAlias
 
-from radixkv_spec.situations import Transition, View, children_of, removed, walk_end
+from radixkv_spec.situations import Transition, View, children_of, removed
 from radixkv_spec.tokens import Position
 
 Recencies: TypeAlias = Mapping[Position, int]
@@ -97,8 +97,11 @@ def leaves(view: View, page_size: int, locked: frozenset[Position]) -> list[Posi
 
 
 def first(candidates: list[Position], recency: Callable[[Position], int]) -> Position | None:
-    """The least recent of ``candidates`` (ties broken by position, as a total order)."""
-    return min(candidates, key=lambda q: (recency(q), q), default=None)
+    """The least recent of ``candidates`` (ties broken by position, as a total order: the
+    namespace ``None`` first, then by name, then the path)."""
+    return min(
+        candidates, key=lambda q: (recency(q), q[0] is not None, q[0] or "", q[1]), default=None
+    )
 
 
 def _evicted_something(t: Transition) -> bool:
@@ -144,7 +147,7 @@ def locked_before_eviction(t: Transition, since: Since, now: Recencies) -> bool:
 
 def match_at_split(t: Transition, since: Since, now: Recencies) -> bool:
     """Near it: a match whose walk ends at a split point."""
-    end = walk_end(t, t.before) if t.op == "match" and not t.rejected else None
+    end = t.walk_end if t.op == "match" and not t.rejected else None
     return end is not None and end in t.splits
 
 
@@ -153,7 +156,7 @@ def match_a_split_cut(t: Transition, since: Since, now: Recencies) -> bool:
     different page: the split decides where the match ends."""
     if t.op != "match" or t.rejected:
         return False
-    end = walk_end(t, t.before)
+    end = t.walk_end
     aligned = len(t.tokens) // t.page_size * t.page_size
     return end is not None and end in t.splits and len(end[1]) < aligned
 
@@ -177,6 +180,7 @@ class Decisive:
     name: str
     text: str
     reached: Predicate
+    ops: tuple[str, ...]  # the operations whose steps can reach it, or come near it
     near: Predicate | None = None
     needs_lru: bool = False  # only where the victim order is least recently used
 
@@ -186,6 +190,7 @@ DECISIVE: tuple[Decisive, ...] = (
         "decisive:evict-after-refresh",
         "an eviction whose first victim a refresh since the last eviction changed",
         victim_a_refresh_changed,
+        ops=("evict",),
         near=refreshed_before_eviction,
         needs_lru=True,
     ),
@@ -193,6 +198,7 @@ DECISIVE: tuple[Decisive, ...] = (
         "decisive:evict-after-lock",
         "an eviction whose first victim a lock since the last eviction changed",
         victim_a_lock_changed,
+        ops=("evict",),
         near=locked_before_eviction,
         needs_lru=True,
     ),
@@ -200,12 +206,14 @@ DECISIVE: tuple[Decisive, ...] = (
         "decisive:match-cut-by-split",
         "a match whose key goes on past a split point where the cache holds another page",
         match_a_split_cut,
+        ops=("match",),
         near=match_at_split,
     ),
     Decisive(
         "decisive:match-of-last-insert",
         "a match that returns pages the last insert added",
         match_reaches_last_insert,
+        ops=("match",),
     ),
 )
 
@@ -226,6 +234,8 @@ def reached(
     (``NEAR`` and the name) without reaching."""
     names = []
     for d in among:
+        if t.op not in d.ops:
+            continue
         if d.reached(t, since, now):
             names.append(d.name)
         elif d.near is not None and d.near(t, since, now):

@@ -16,6 +16,7 @@ and ``declared`` picks those a run must reach.
 
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Protocol
 
 from radixkv_spec.events import router_told
@@ -47,7 +48,8 @@ def view_of(model: SpecState) -> View:
     ``MambaCacheModel``)."""
     pages = frozenset(model.positions())
     held = {p: n for p, n in model.handles.items() if n > 0}
-    locked = frozenset(q for q in pages if any(_on_path(q, h) for h in held))
+    on_held_paths = {(ns, path[:n]) for ns, path in held for n in range(len(path) + 1)}
+    locked = pages & on_held_paths
     tombstones = frozenset(getattr(model, "tombstones", ()))
     states = frozenset(getattr(model, "states", {}))
     return View(pages, held, locked, tombstones, states)
@@ -75,6 +77,23 @@ class Transition:
     amount: int = 0  # an eviction's target in tokens
     found: int | None = None  # the tokens the spec's match returned (None: not a match)
 
+    @cached_property
+    def walk_end(self) -> Position | None:
+        """The deepest position cached before the step along its aligned key (None: none);
+        computed once, as every situation of a match or insert asks for it."""
+        p, key = self.page_size, self.tokens
+        end = None
+        for n in range(p, len(key) // p * p + 1, p):
+            if (self.namespace, tuple(key[:n])) not in self.before.pages:
+                break
+            end = (self.namespace, tuple(key[:n]))
+        return end
+
+    @cached_property
+    def mid_path(self) -> Position | None:
+        """``ends_mid_path`` of this step, computed once."""
+        return ends_mid_path(self)
+
 
 @dataclass(frozen=True)
 class Situation:
@@ -83,25 +102,12 @@ class Situation:
     # any one of them makes it reachable
     text: str
     reached: Callable[[Transition], bool] = field(repr=False)
+    ops: tuple[str, ...]  # the operations whose steps can reach it: the only ones it is
+    # asked about (``watching``), which keeps the probe of every step cheap
     allocation: str | None = None  # only where the profile's allocation is this
 
 
 # ---- helpers ----------------------------------------------------------------------------------
-
-
-def _on_path(position: Position, handle: Position) -> bool:
-    return position[0] == handle[0] and extends(handle[1], position[1])
-
-
-def walk_end(t: Transition, view: View) -> Position | None:
-    """The deepest cached position along the step's aligned key in ``view`` (None: none)."""
-    p, key = t.page_size, t.tokens
-    end = None
-    for n in range(p, len(key) // p * p + 1, p):
-        if (t.namespace, tuple(key[:n])) not in view.pages:
-            break
-        end = (t.namespace, tuple(key[:n]))
-    return end
 
 
 def children_of(view: View, position: Position, page_size: int) -> list[Position]:
@@ -125,7 +131,7 @@ def removed(t: Transition) -> frozenset[Position]:
 def ends_mid_path(t: Transition) -> Position | None:
     """Where a match or insert walk ends with exactly one cached page below it: inside one
     run of pages, where a radix tree that had no boundary there splits a node."""
-    end = walk_end(t, t.before)
+    end = t.walk_end
     if end is None or len(children_of(t.before, end, t.page_size)) != 1:
         return None
     aligned = len(t.tokens) // t.page_size * t.page_size
@@ -149,13 +155,13 @@ def emptied_parents(t: Transition) -> list[Position]:
 
 
 def _match_inside(t: Transition) -> bool:
-    return t.op == "match" and ends_mid_path(t) is not None
+    return t.op == "match" and t.mid_path is not None
 
 
 def _split_locked(t: Transition) -> bool:
     if t.op not in ("match", "insert") or t.rejected:
         return False
-    end = ends_mid_path(t)
+    end = t.mid_path
     if end is None:
         return False
     (below,) = children_of(t.before, end, t.page_size)
@@ -220,7 +226,7 @@ def _reset_held(t: Transition) -> bool:
 def _insert_extends_leaf(t: Transition) -> bool:
     if t.op != "insert" or t.rejected:
         return False
-    end = walk_end(t, t.before)
+    end = t.walk_end
     if end is None or children_of(t.before, end, t.page_size):
         return False
     return bool(children_of(t.after, end, t.page_size))
@@ -228,7 +234,7 @@ def _insert_extends_leaf(t: Transition) -> bool:
 
 def _insert_cached(t: Transition) -> bool:
     aligned = len(t.tokens) // t.page_size * t.page_size
-    end = walk_end(t, t.before)
+    end = t.walk_end
     return (
         t.op == "insert"
         and not t.rejected
@@ -251,7 +257,7 @@ def _alloc_refused(t: Transition) -> bool:
     allocates from a fixed pool finds no room for the key's new pages) while part of the
     key is cached: the allocation holds that prefix while it looks for room, and a refusal
     must leave it as it was."""
-    return t.op == "insert" and t.rejected and walk_end(t, t.before) is not None
+    return t.op == "insert" and t.rejected and t.walk_end is not None
 
 
 def _removal_after_split(t: Transition) -> bool:
@@ -284,7 +290,7 @@ def _revived(t: Transition) -> bool:
 
 def _match_past_tombstone(t: Transition) -> bool:
     """A match whose walk crosses a tombstone (the window decides how far it may go)."""
-    end = walk_end(t, t.before)
+    end = t.walk_end
     if t.op != "match" or end is None:
         return False
     ns, path = end
@@ -310,12 +316,12 @@ def _state_evicted(t: Transition) -> bool:
 
 
 def _match_cut_to_state(t: Transition) -> bool:
-    end = walk_end(t, t.before)
+    end = t.walk_end
     return t.op == "match" and end is not None and end not in t.before.states
 
 
 def _split_stateful(t: Transition) -> bool:
-    end = ends_mid_path(t) if t.op in ("match", "insert") else None
+    end = t.mid_path if t.op in ("match", "insert") else None
     if end is None:
         return False
     (below,) = children_of(t.before, end, t.page_size)
@@ -323,7 +329,7 @@ def _split_stateful(t: Transition) -> bool:
 
 
 def _insert_adds_state(t: Transition) -> bool:
-    end = walk_end(t, t.before)
+    end = t.walk_end
     return (
         t.op == "insert"
         and end is not None
@@ -334,58 +340,97 @@ def _insert_adds_state(t: Transition) -> bool:
 
 SITUATIONS: tuple[Situation, ...] = (
     Situation(
-        "match-inside-a-node", None, "a match ends inside a run of cached pages", _match_inside
+        "match-inside-a-node",
+        None,
+        "a match ends inside a run of cached pages",
+        _match_inside,
+        ops=("match",),
     ),
     Situation(
-        "split-of-a-locked-node", None, "a match or insert splits a locked run", _split_locked
+        "split-of-a-locked-node",
+        None,
+        "a match or insert splits a locked run",
+        _split_locked,
+        ops=("match", "insert"),
     ),
-    Situation("interior-lock", None, "a lock on a page whose child stays unlocked", _interior_lock),
+    Situation(
+        "interior-lock",
+        None,
+        "a lock on a page whose child stays unlocked",
+        _interior_lock,
+        ops=("lock",),
+    ),
     Situation(
         "evict-empties-a-parent",
         None,
         "an eviction leaves an unlocked parent childless",
         _evict_empties,
+        ops=("evict",),
     ),
     Situation(
         "evict-empties-a-locked-parent",
         None,
         "an eviction short of its target leaves a locked parent childless (it must stay)",
         _evict_past_locked_parent,
+        ops=("evict",),
     ),
     Situation(
         "evict-every-unlocked-page",
         None,
         "an eviction takes every unlocked page while locked pages stay",
         _evict_every_unlocked,
+        ops=("evict",),
     ),
-    Situation("overlapping-holds", None, "two held locks share a path", _overlapping_holds),
-    Situation("last-unlock", None, "an unlock leaves pages unlocked", _last_unlock),
-    Situation("insert-extends-a-leaf", None, "an insert grows a cached leaf", _insert_extends_leaf),
-    Situation("insert-fully-cached", None, "an insert of a key cached whole", _insert_cached),
+    Situation(
+        "overlapping-holds", None, "two held locks share a path", _overlapping_holds, ops=("lock",)
+    ),
+    Situation(
+        "last-unlock", None, "an unlock leaves pages unlocked", _last_unlock, ops=("unlock",)
+    ),
+    Situation(
+        "insert-extends-a-leaf",
+        None,
+        "an insert grows a cached leaf",
+        _insert_extends_leaf,
+        ops=("insert",),
+    ),
+    Situation(
+        "insert-fully-cached",
+        None,
+        "an insert of a key cached whole",
+        _insert_cached,
+        ops=("insert",),
+    ),
     Situation(
         "evict-across-namespaces",
         "namespaces",
         "one eviction takes pages of two namespaces",
         _evict_two_namespaces,
+        ops=("evict",),
     ),
-    Situation("reset-while-held", "reset", "a reset while locks are held", _reset_held),
+    Situation(
+        "reset-while-held", "reset", "a reset while locks are held", _reset_held, ops=("reset",)
+    ),
     Situation(
         "stale-handle-after-eviction",
         "stale_handles",
         "a lock or unlock names a node an eviction deleted",
         _stale_handle,
+        ops=("lock", "unlock"),
     ),
     Situation(
         "removal-after-split",
         ("hashing", "events"),
         "an eviction removes a page below a split point (its hash, its BlockRemoved)",
         _removal_after_split,
+        ops=("evict",),
     ),
     Situation(
         "router-untold-token",
         "router_events",
         "an insert caches a page whose root path holds a token a router is not told",
         _insert_untold_token,
+        ops=("insert",),
     ),
     Situation(
         "insert-evicts-for-room",
@@ -393,6 +438,7 @@ SITUATIONS: tuple[Situation, ...] = (
         "an insert into a cache that owns allocation evicts to make room",
         _insert_evicts,
         allocation="cache",
+        ops=("insert",),
     ),
     Situation(  # declared without ``capacity`` too: a pool that is never refused fails it
         "alloc-refused",
@@ -400,41 +446,59 @@ SITUATIONS: tuple[Situation, ...] = (
         "an insert with a cached prefix is refused for lack of room in the cache's pool",
         _alloc_refused,
         allocation="cache",
+        ops=("insert",),
     ),
-    Situation("swa-tombstone", "swa", "an eviction tombstones a page (phase two)", _tombstoned),
-    Situation("swa-tombstone-revived", "swa", "an insert revives a tombstone", _revived),
+    Situation(
+        "swa-tombstone",
+        "swa",
+        "an eviction tombstones a page (phase two)",
+        _tombstoned,
+        ops=("evict",),
+    ),
+    Situation(
+        "swa-tombstone-revived", "swa", "an insert revives a tombstone", _revived, ops=("insert",)
+    ),
     Situation(
         "swa-match-across-a-tombstone",
         "swa",
         "a match walks across a tombstone",
         _match_past_tombstone,
+        ops=("match",),
     ),
     Situation(
         "swa-lock-over-a-tombstone",
         "swa",
         "a lock whose path has a tombstone",
         _lock_near_tombstone,
+        ops=("lock",),
     ),
     Situation(
-        "mamba-state-evicted", "mamba", "an eviction drops a state, keeping the KV", _state_evicted
+        "mamba-state-evicted",
+        "mamba",
+        "an eviction drops a state, keeping the KV",
+        _state_evicted,
+        ops=("evict",),
     ),
     Situation(
         "mamba-match-cut-to-a-state",
         "mamba",
         "a match whose KV walk ends where no state is held",
         _match_cut_to_state,
+        ops=("match",),
     ),
     Situation(
         "mamba-split-of-a-stateful-node",
         "mamba",
         "a match or insert splits a run whose end holds a state",
         _split_stateful,
+        ops=("match", "insert"),
     ),
     Situation(
         "mamba-insert-adds-a-state",
         "mamba",
         "an insert gives a state to a cached position that had none",
         _insert_adds_state,
+        ops=("insert",),
     ),
 )
 BY_NAME: dict[str, Situation] = {s.name: s for s in SITUATIONS}
@@ -463,7 +527,17 @@ def _claimed(needs: str | tuple[str, ...] | None, capabilities: Collection[str])
 
 def reached(t: Transition, among: Iterable[Situation] = SITUATIONS) -> list[str]:
     """The names of the situations ``t`` reaches."""
-    return [s.name for s in among if s.reached(t)]
+    return [s.name for s in among if t.op in s.ops and s.reached(t)]
+
+
+def watching(among: Iterable[Situation]) -> dict[str, tuple[Situation, ...]]:
+    """``among`` by the operations that can reach each: what a probe asks of a step of
+    each operation (``reached(t, watching(among).get(t.op, ()))`` is ``reached(t, among)``)."""
+    by_op: dict[str, list[Situation]] = {}
+    for s in among:
+        for op in s.ops:
+            by_op.setdefault(op, []).append(s)
+    return {op: tuple(found) for op, found in by_op.items()}
 
 
 def unknown(names: Sequence[str]) -> list[str]:

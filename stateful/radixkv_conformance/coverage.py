@@ -11,8 +11,9 @@ every invariant but left a declared situation unreached (unless accepted).
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Sequence
-from copy import deepcopy
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from copy import copy, deepcopy
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,9 +25,9 @@ from radixkv_spec.situations import (
     Situation,
     Transition,
     View,
-    ends_mid_path,
     reached,
     view_of,
+    watching,
 )
 from radixkv_spec.tokens import Position
 
@@ -47,6 +48,7 @@ class Probe:
     ):
         self.page_size = page_size
         self.watched = watched
+        self.watching = watching(watched)  # the situations a step of each operation can reach
         self.decisive = decisive
         self.counts = counts  # the session's tally: situations, decisive ones, pairs
         self.seen: set[str] = set()  # situations and decisive ones reached in this run
@@ -58,15 +60,15 @@ class Probe:
         self._bad: str | None = None  # the open step is a bad call of this operation
         self.handle: Position | None = None
         self.handle_evicted = False
+        self.quiet = False  # steps logged now repeat the open one: not looked at (``repeats``)
 
     def __deepcopy__(self, memo: dict[int, Any]) -> Probe:
         """A copy of a run (the state explorer forks runs) counts into the same tally."""
-        copy = Probe(self.page_size, self.watched, self.counts, self.decisive)
-        copy.seen, copy.splits = set(self.seen), set(self.splits)
-        copy.seen_pairs, copy.last, copy.since = set(self.seen_pairs), self.last, self.since
-        copy._open, copy._bad = deepcopy(self._open, memo), self._bad
-        copy.handle, copy.handle_evicted = self.handle, self.handle_evicted
-        return copy
+        copied = copy(self)  # what it shares: the tally, what it watches; the rest is frozen
+        copied.seen, copied.splits = set(self.seen), set(self.splits)
+        copied.seen_pairs = set(self.seen_pairs)
+        copied._open = deepcopy(self._open, memo)
+        return copied
 
     def __eq__(self, other: object) -> bool:
         """Two runs' probes are alike when what they count next is alike: the outcome pairs
@@ -91,9 +93,22 @@ class Probe:
             self.handle_evicted,
         )
 
+    @contextmanager
+    def repeats(self) -> Iterator[None]:
+        """The steps logged inside are repeats of the open step, on a state they do not
+        change (a match of the same key, again): they reach what it reached, so they are
+        not looked at, and the open step closes after the last of them."""
+        self.quiet = True
+        try:
+            yield
+        finally:
+            self.quiet = False
+
     def open(self, step: Step, model: Any, before: View | None = None) -> None:
         """A step starts: the model's view before it (``before``, where the caller has it:
         the view ``close`` just took of the same model)."""
+        if self.quiet:
+            return
         self.handle, self.handle_evicted = None, False
         if "bad" in step:  # a bad call: its outcome is that; no view, no situation
             self._open, self._bad = None, step["op"]
@@ -104,6 +119,8 @@ class Probe:
 
     def close(self, model: Any) -> View | None:
         """The open step is over: count what it reached; the model's view after it."""
+        if self.quiet:
+            return None
         if self._bad is not None:
             self._count_pair(f"{self._bad}:bad")
             self._bad = None
@@ -113,13 +130,13 @@ class Probe:
         self._open = None
         after = view_of(model)
         transition = self._transition(step, before, after)
-        for name in reached(transition, self.watched):
+        for name in reached(transition, self.watching.get(transition.op, ())):
             self._reach(name)
         for name in decisive_reached(transition, self.since, recency, self.decisive):
             self._reach(name)
         self._count_pair(outcome(transition))
         self.since = since_after(transition, self.since, getattr(model, "recency", {}))
-        split = ends_mid_path(transition) if transition.op in ("match", "insert") else None
+        split = transition.mid_path if transition.op in ("match", "insert") else None
         if split is not None:
             self.splits.add(split)
         return after

@@ -3,8 +3,22 @@ transition it names and false on its near misses."""
 
 from __future__ import annotations
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from radixkv_spec.cross import DECISIVE, Since
 from radixkv_spec.model import PrefixCacheModel
-from radixkv_spec.situations import BY_NAME, Transition, declared, reached, unknown, view_of
+from radixkv_spec.situations import (
+    BY_NAME,
+    SITUATIONS,
+    Transition,
+    View,
+    declared,
+    reached,
+    unknown,
+    view_of,
+    watching,
+)
+from radixkv_spec.tokens import Position
 
 
 def _step(model: PrefixCacheModel, op: str, apply: object, **fields: object) -> list[str]:
@@ -139,3 +153,54 @@ def test_allocation_situations_are_declared_for_a_cache_that_allocates() -> None
     assert {"insert-evicts-for-room", "alloc-refused"} <= unbounded
     caller = {s.name for s in declared({"capacity"})}  # the caller allocates
     assert not {"insert-evicts-for-room", "alloc-refused"} & caller
+
+
+OPS = ("match", "insert", "evict", "lock", "unlock", "reset", "page_hashes", "free_slot")
+_position: st.SearchStrategy[Position] = st.tuples(
+    st.sampled_from((None, "a")), st.lists(st.integers(0, 1), min_size=1, max_size=3).map(tuple)
+)
+_positions = st.sets(_position, max_size=6)
+
+
+@st.composite
+def _views(draw: st.DrawFn) -> View:
+    pages = frozenset(draw(_positions))
+    held: dict[Position, int] = {q: 1 for q in draw(_positions)}
+    on_paths = {(ns, path[:n]) for ns, path in held for n in range(len(path) + 1)}
+    picked = st.sets(st.sampled_from(sorted(pages, key=repr))) if pages else st.just(set())
+    return View(pages, held, pages & on_paths, frozenset(draw(picked)), frozenset(draw(picked)))
+
+
+@st.composite
+def _transitions(draw: st.DrawFn) -> Transition:
+    return Transition(
+        op=draw(st.sampled_from(OPS)),
+        before=draw(_views()),
+        after=draw(_views()),
+        page_size=1,
+        namespace=draw(st.sampled_from((None, "a"))),
+        tokens=tuple(draw(st.lists(st.integers(0, 1), max_size=4))),
+        rejected=draw(st.booleans()),
+        handle=draw(st.none() | _position),
+        handle_evicted=draw(st.booleans()),
+        splits=frozenset(draw(_positions)),
+        amount=draw(st.integers(0, 4)),
+        found=draw(st.none() | st.integers(0, 4)),
+    )
+
+
+@settings(max_examples=300, deadline=None)
+@given(_transitions(), st.dictionaries(_position, st.integers(0, 9)))
+def test_only_the_operations_a_situation_names_reach_it(
+    t: Transition, recency: dict[Position, int]
+) -> None:
+    """The probe asks a step only about the situations its operation can reach
+    (``watching``, ``Decisive.ops``): no predicate is true for another operation."""
+    for s in SITUATIONS:
+        assert t.op in s.ops or not s.reached(t), s.name
+    now = {q: recency.get(q, 0) for q in t.before.pages}
+    since = Since(recency=recency, locked=t.after.locked, inserted=t.after.pages)
+    for d in DECISIVE:
+        hit = d.reached(t, since, now) or (d.near is not None and d.near(t, since, now))
+        assert t.op in d.ops or not hit, d.name
+    assert reached(t) == reached(t, watching(SITUATIONS).get(t.op, ()))
