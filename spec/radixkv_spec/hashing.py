@@ -98,3 +98,41 @@ def page_hashes(extra_key: Namespace, tokens: Sequence[object], page_size: int) 
         prior = hash_token_ids(tokens[start : start + page_size], prior)
         hashes.append(prior)
     return hashes
+
+
+def chain_restarted(
+    got: object, namespace: Namespace, prefix: Sequence[object], page_size: int
+) -> bool:
+    """Whether ``got`` are the page hashes of ``prefix`` with the chain restarted at some
+    page: each page's hash is the spec's for the pages from some page at or before it, and
+    at least one page's chain starts after the root (its parents were left out)."""
+    pages = len(prefix) // page_size
+    if not isinstance(got, list) or len(got) != pages:
+        return False
+    restarted = False
+    for i in range(pages):
+        end = (i + 1) * page_size
+        starts = [
+            j
+            for j in range(i + 1)
+            if page_hashes(namespace, prefix[j * page_size : end], page_size)[-1] == got[i]
+        ]
+        if not starts:
+            return False
+        restarted = restarted or 0 not in starts
+    return restarted
+
+
+def hash_mistake(
+    namespace: Namespace, prefix: Sequence[object], page_size: int, got: object
+) -> str:
+    """Which rule page hashes ``got`` that are not the spec's break: ``namespace`` (the
+    namespace ignored), ``path`` (some page hashed without some of its parents), or
+    ``other`` (neither that can be told)."""
+    if namespace is not None and got == page_hashes(None, prefix, page_size):
+        return "namespace"
+    if chain_restarted(got, namespace, prefix, page_size):
+        return "path"
+    if chain_restarted(got, None, prefix, page_size):  # both: the namespace is ignored too
+        return "namespace"
+    return "other"

@@ -388,7 +388,7 @@ Outcome = tuple[str, str, bool, bool]
 def _check_one(label: str, target: str, profile_name: str | None, args: Any) -> Outcome:
     """One cache's exploration and search; findings are printed as they are found."""
     from radixkv_conformance.conformance import run_conformance
-    from radixkv_conformance.explore.states import parse_bounds
+    from radixkv_conformance.explore.bounds import parse_bounds
     from radixkv_conformance.fuzz import open_database
     from radixkv_conformance.progress import Progress, Stages
 
@@ -472,10 +472,10 @@ def _explore(target: str | None, profile_name: str | None, args: Any) -> int:
 
 
 def _replay(path: Path, target: str | None, profile_name: str | None, args: Any) -> int:
-    from radixkv_conformance.machines import IllegalStep
     from radixkv_conformance.minimize import minimize
     from radixkv_conformance.profile import PROFILES
     from radixkv_conformance.replay import replay
+    from radixkv_conformance.session import IllegalStep
     from radixkv_conformance.trace import load as load_trace
 
     known = _known_ids(args)

@@ -39,8 +39,9 @@ from hypothesis.stateful import get_state_machine_test
 
 from radixkv_conformance.causes import Causes
 from radixkv_conformance.coverage import Coverage
+from radixkv_conformance.explore.bounds import Bounds
 from radixkv_conformance.explore.driver import draws_independent_of_loaded_modules
-from radixkv_conformance.explore.states import Bounds, StatesReport, explore_states
+from radixkv_conformance.explore.states import StatesReport, explore_states
 from radixkv_conformance.findings import Failure, Finding, finding_lines, flatten
 from radixkv_conformance.fuzz import machine_name
 from radixkv_conformance.machines import ConformanceMachine

@@ -20,10 +20,10 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from radixkv_conformance.machines import IllegalStep
 from radixkv_conformance.profile import Profile
 from radixkv_conformance.protocol import AdapterFactory
 from radixkv_conformance.replay import replay
+from radixkv_conformance.session import IllegalStep
 from radixkv_conformance.trace import Step, upgraded
 
 HANDLE_FIELDS = ("node", "lock")  # fields that name the step whose handle a step uses

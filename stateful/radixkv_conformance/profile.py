@@ -37,7 +37,7 @@ from radixkv_spec.policies import (
     MambaMatchPolicy,
     VictimOrder,
 )
-from radixkv_spec.swa import WindowTombstones
+from radixkv_spec.swa_window import WindowTombstones
 from radixkv_spec.tokens import Namespace
 
 Duplicates = Literal["caller", "cache", "kept"]
@@ -49,7 +49,7 @@ LockModel = Literal["counts", "sets"]
 SwaLockTokens = Literal["exact", "optional"]
 SwaDeadInsert = Literal["dropped", "tombstoned"]
 SwaTombstoneLocks = Literal["refused", "accepted"]
-SWA_WINDOW_TOMBSTONES = ("stop", "count", "skip")  # radixkv_spec.swa.WindowTombstones
+SWA_WINDOW_TOMBSTONES = ("stop", "count", "skip")  # radixkv_spec.swa_window.WindowTombstones
 MambaInsertState = Literal["optional", "required"]
 MambaTombstoneLeaves = Literal["deleted", "kept"]
 MambaTombstoneLocks = Literal["refused", "accepted"]

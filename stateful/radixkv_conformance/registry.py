@@ -15,7 +15,7 @@ from radixkv_spec.policies import DEFAULT_REFRESH
 from radixkv_spec.situations import declared
 
 from radixkv_conformance.ledger import KitHost, idle_host
-from radixkv_conformance.machines import ConformanceMachine, Session
+from radixkv_conformance.machines import ConformanceMachine
 from radixkv_conformance.profile import RADIXKV, Profile
 from radixkv_conformance.protocol import (
     AdapterBroken,
@@ -28,6 +28,7 @@ from radixkv_conformance.rules.mamba import MambaRules
 from radixkv_conformance.rules.plain import PlainRules
 from radixkv_conformance.rules.receipts import ReceiptRules
 from radixkv_conformance.rules.swa import SwaRules
+from radixkv_conformance.session import Session
 
 RULE_SETS: dict[str, type[ConformanceMachine]] = {
     "plain": PlainRules,

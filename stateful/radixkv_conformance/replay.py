@@ -11,10 +11,11 @@ from typing import Any
 from hypothesis.errors import UnsatisfiedAssumption
 
 from radixkv_conformance.findings import Finding, invariant_id
-from radixkv_conformance.machines import ConformanceMachine, LockRef, NodeRef
+from radixkv_conformance.machines import ConformanceMachine
 from radixkv_conformance.profile import PROFILES, Profile
 from radixkv_conformance.protocol import AdapterFactory
 from radixkv_conformance.registry import machine_for
+from radixkv_conformance.session import LockRef, NodeRef
 from radixkv_conformance.trace import decode, upgraded
 
 

@@ -23,9 +23,10 @@ from radixkv_conformance.adapters.radixkv import (
 )
 from radixkv_conformance.cli import main
 from radixkv_conformance.explore.alphabet import ALPHABET, Alphabet, Fixed
+from radixkv_conformance.explore.bounds import parse_bounds
 from radixkv_conformance.explore.driver import AlphabetError
 from radixkv_conformance.explore.sequences import explore, own_targets, target
-from radixkv_conformance.explore.states import explore_states, parse_bounds
+from radixkv_conformance.explore.states import explore_states
 from radixkv_conformance.profile import RADIXKV, RADIXKV_MAMBA, RADIXKV_SWA, Profile
 from radixkv_conformance.protocol import Evicted, Host, Inserted, Matched
 from radixkv_conformance.registry import machine_for

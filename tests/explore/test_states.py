@@ -17,8 +17,9 @@ from radixkv_conformance.adapters.radixkv import (
     sliding_window,
 )
 from radixkv_conformance.cli import main
+from radixkv_conformance.explore.bounds import TREE, Bounds, parse_bounds
 from radixkv_conformance.explore.sequences import explore, own_targets, target
-from radixkv_conformance.explore.states import TREE, Bounds, explore_states, parse_bounds
+from radixkv_conformance.explore.states import explore_states
 from radixkv_conformance.profile import RADIXKV
 from radixkv_conformance.protocol import Host
 from radixkv_conformance.replay import replay

@@ -7,8 +7,9 @@ from typing import Any
 
 import pytest
 from radixkv_conformance.adapters import planted
+from radixkv_conformance.explore.bounds import parse_bounds
 from radixkv_conformance.explore.sequences import target
-from radixkv_conformance.explore.states import explore_states, parse_bounds
+from radixkv_conformance.explore.states import explore_states
 from radixkv_conformance.profile import RADIXKV
 from radixkv_conformance.protocol import Host
 

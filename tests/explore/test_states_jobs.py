@@ -14,8 +14,9 @@ from typing import Any
 import pytest
 from radixkv_conformance.adapters import planted, radixkv
 from radixkv_conformance.explore import sequences
+from radixkv_conformance.explore.bounds import Bounds, parse_bounds
 from radixkv_conformance.explore.sequences import target
-from radixkv_conformance.explore.states import Bounds, StatesReport, explore_states, parse_bounds
+from radixkv_conformance.explore.states import StatesReport, explore_states
 from radixkv_conformance.explore.workers import can_fork, tallies, why_not_fork
 from radixkv_conformance.profile import RADIXKV
 

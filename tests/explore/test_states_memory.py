@@ -19,10 +19,10 @@ from typing import Any
 
 import pytest
 from radixkv_conformance.adapters import planted
-from radixkv_conformance.explore import states
+from radixkv_conformance.explore.bounds import TREE, parse_bounds
 from radixkv_conformance.explore.memory import memory_picture
 from radixkv_conformance.explore.sequences import target
-from radixkv_conformance.explore.states import TREE, explore_states
+from radixkv_conformance.explore.states import explore_states
 from radixkv_conformance.profile import RADIXKV
 from radixkv_conformance.replay import replay
 
@@ -55,10 +55,10 @@ def test_merged_by_the_snapshot_alone_the_same_bounds_reach_a_false_fixpoint() -
 
 
 def test_memory_is_a_bound_of_zero_or_one() -> None:
-    assert states.parse_bounds("memory=1").memory == 1
+    assert parse_bounds("memory=1").memory == 1
     assert "memory=1" in LEAVES.text()
     with pytest.raises(LookupError, match="expected 0 or 1"):
-        states.parse_bounds("memory=2")
+        parse_bounds("memory=2")
 
 
 def test_the_clean_cache_passes_the_same_bounds() -> None:

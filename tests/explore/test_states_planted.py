@@ -19,8 +19,9 @@ from hypothesis import settings
 from radixkv_conformance import run_conformance
 from radixkv_conformance.adapters import planted
 from radixkv_conformance.explore.alphabet import ALPHABET
+from radixkv_conformance.explore.bounds import parse_bounds
 from radixkv_conformance.explore.sequences import explore, target
-from radixkv_conformance.explore.states import explore_states, parse_bounds
+from radixkv_conformance.explore.states import explore_states
 from radixkv_conformance.profile import RADIXKV
 from radixkv_conformance.replay import replay
 

@@ -18,8 +18,9 @@ from hypothesis import settings
 from radixkv_conformance import run_conformance
 from radixkv_conformance.adapters import page_trie
 from radixkv_conformance.cli import FAILED, main
+from radixkv_conformance.explore.bounds import PRESETS, TREE, parse_bounds
 from radixkv_conformance.explore.sequences import target
-from radixkv_conformance.explore.states import PRESETS, TREE, explore_states, parse_bounds
+from radixkv_conformance.explore.states import explore_states
 from radixkv_conformance.findings import Failure
 from radixkv_conformance.profile import RADIXKV
 

@@ -25,10 +25,9 @@ from radixkv_conformance.adapters.radixkv import (
     sliding_window,
 )
 from radixkv_conformance.cli import main
-from radixkv_conformance.machines import chain_restarted
 from radixkv_conformance.profile import RADIXKV, RADIXKV_MAMBA, RADIXKV_SWA
 from radixkv_conformance.replay import replay
-from radixkv_spec.hashing import page_hashes
+from radixkv_spec.hashing import chain_restarted, page_hashes
 
 QUICK = settings(
     max_examples=25, stateful_step_count=20, deadline=None, database=None, derandomize=True

@@ -9,9 +9,9 @@ import pytest
 from hypothesis.errors import UnsatisfiedAssumption
 from radixkv_conformance.adapters import broken
 from radixkv_conformance.adapters.radixkv import radix_cache
-from radixkv_conformance.machines import end_run
 from radixkv_conformance.minimize import minimize, without
 from radixkv_conformance.replay import replay
+from radixkv_conformance.session import end_run
 
 UNMATCHED_UNLOCK, EVICT_MISCOUNT = "INV-14:unmatched-unlock", "INV-11:evict-reported-counts"
 
@@ -218,7 +218,7 @@ RESUMED = [
 
 
 def test_a_resumed_insert_without_the_match_it_resumes_from_is_an_illegal_step() -> None:
-    from radixkv_conformance.machines import IllegalStep
+    from radixkv_conformance.session import IllegalStep
 
     factory = _ResumeMiscounts.factory
     assert replay(_swa(RESUMED), factory).finding.startswith("INV-12")

@@ -23,7 +23,7 @@ from hypothesis import Phase, settings
 from radixkv_conformance import AdapterError, run_conformance
 from radixkv_conformance.adapters import block_pool, planted
 from radixkv_conformance.adapters.radixkv import RadixCacheAdapter, mamba, sliding_window
-from radixkv_conformance.explore.states import TREE
+from radixkv_conformance.explore.bounds import TREE
 from radixkv_conformance.findings import Violation, finding_id
 from radixkv_conformance.registry import machine_for
 from radixkv_conformance.replay import replay

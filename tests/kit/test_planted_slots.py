@@ -22,7 +22,7 @@ from hypothesis import Phase, settings
 from radixkv_conformance import run_conformance
 from radixkv_conformance.adapters import planted_slots
 from radixkv_conformance.adapters.planted_slots import StaleReference
-from radixkv_conformance.explore.states import TREE
+from radixkv_conformance.explore.bounds import TREE
 from radixkv_conformance.replay import replay
 
 from tests.kit.test_block_pool import RecordingHost

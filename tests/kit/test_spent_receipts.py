@@ -17,7 +17,7 @@ import pytest
 from hypothesis import settings
 from radixkv_conformance import run_conformance
 from radixkv_conformance.adapters import max_trie
-from radixkv_conformance.explore.states import parse_bounds
+from radixkv_conformance.explore.bounds import parse_bounds
 from radixkv_conformance.protocol import Host
 
 import radixkv

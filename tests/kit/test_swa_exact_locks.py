@@ -5,7 +5,7 @@ covered, stopping at a tombstone. The spec alone knows no node boundaries, so it
 SWA-locked pages by a range (``minimum_windows`` .. ``maximum_windows``), and a cache whose
 lock goes on one node past a window of exactly W tokens passed the kit. An adapter that
 reports where its nodes begin (capability ``node_boundaries``) is judged on each lock's
-exact extent (``radixkv_spec.swa.exact_window``).
+exact extent (``radixkv_spec.swa_window.exact_window``).
 """
 
 from __future__ import annotations
@@ -21,13 +21,14 @@ from radixkv_conformance.adapters.radixkv import (
     SlidingWindowAdapter,
     sliding_window,
 )
+from radixkv_conformance.explore.bounds import parse_bounds
 from radixkv_conformance.explore.sequences import target
-from radixkv_conformance.explore.states import explore_states, parse_bounds
+from radixkv_conformance.explore.states import explore_states
 from radixkv_conformance.profile import RADIXKV, RADIXKV_SWA, Profile
 from radixkv_conformance.protocol import AdapterError, Host
 from radixkv_conformance.registry import machine_for
 from radixkv_conformance.replay import replay
-from radixkv_spec.swa import WindowTombstones, exact_window, handle_window
+from radixkv_spec.swa_window import WindowTombstones, exact_window, handle_window
 from radixkv_spec.tokens import Position
 
 from radixkv.parts.swa import SlidingWindow, SwaTreeNode, WindowLock, start_of

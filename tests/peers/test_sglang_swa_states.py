@@ -15,8 +15,9 @@ import importlib
 from typing import Any
 
 import pytest
+from radixkv_conformance.explore.bounds import Bounds
 from radixkv_conformance.explore.sequences import target
-from radixkv_conformance.explore.states import Bounds, explore_states
+from radixkv_conformance.explore.states import explore_states
 
 
 def _adapter_module() -> Any:

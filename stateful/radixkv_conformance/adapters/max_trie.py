@@ -23,7 +23,8 @@ from typing import Any
 
 import radixkv
 from radixkv.keys import validate_tokens
-from radixkv_conformance.adapters.radixkv import CanonicalTree, EventStreams
+from radixkv_conformance.adapters._radixkv_tree import CanonicalTree
+from radixkv_conformance.adapters.radixkv import EventStreams
 from radixkv_conformance.profile import MAX_RADIX_TRIE
 from radixkv_conformance.protocol import Host, Sizes
 from radixkv_conformance.protocol import TokenPlace as Slot

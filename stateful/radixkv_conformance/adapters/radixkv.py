@@ -11,15 +11,21 @@ reusing its buffers would (capability ``caller_buffers``): the cache must not ke
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Iterable, Sequence
-from typing import Any, cast
+from collections.abc import Hashable, Sequence
+from typing import Any
 
 import torch
 
 import radixkv
 from radixkv.events import EventRecorder, KVCacheEvent, RouterFilter, to_wire
-from radixkv.parts import MambaTreeNode
 from radixkv.tree import TreeNode, iter_subtree, path_to_root
+from radixkv_conformance.adapters._radixkv_tree import (
+    CanonicalTree,
+    mamba_path,
+    nodes_along,
+    paths_below,
+    ranks,
+)
 from radixkv_conformance.profile import RADIXKV, RADIXKV_MAMBA, RADIXKV_POLICIES, RADIXKV_SWA
 from radixkv_conformance.protocol import (
     Evicted,
@@ -247,7 +253,7 @@ class RadixCacheAdapter(_OwnCacheAdapter):
     def contents(self) -> dict[TokenPlace, int]:
         out: dict[TokenPlace, int] = {}
         p = self.page_size
-        for node, path in _paths(self.cache.root):
+        for node, path in paths_below(self.cache.root):
             assert node.value is not None
             start = len(path) - len(node)
             for at, index in enumerate(node.value.tolist(), start):
@@ -274,7 +280,7 @@ class RadixCacheAdapter(_OwnCacheAdapter):
         """SWA's lock records: which node each live lock id holds and where its window
         starts (lock ids are compared by equality only: ranks)."""
         records = getattr(self.cache._part, "_locks", {})  # read only: the SWA part's records
-        ids = _ranks(records)
+        ids = ranks(records)
         return tuple(
             (ids[lock_id], canon.name(record.node), record.top)
             for lock_id, record in sorted(records.items())
@@ -329,7 +335,7 @@ class SlidingWindowAdapter(RadixCacheAdapter):
     def swa_pages(self) -> dict[PagePlace, tuple[tuple[int, ...], bool]]:
         out: dict[PagePlace, tuple[tuple[int, ...], bool]] = {}
         p = self.page_size
-        for node, path in _paths(self.cache.root):
+        for node, path in paths_below(self.cache.root):
             assert node.value is not None
             values, start = node.value.tolist(), len(path) - len(node)
             for at in range(0, len(node), p):
@@ -341,7 +347,7 @@ class SlidingWindowAdapter(RadixCacheAdapter):
         p = self.page_size
         return {
             (node.extra_key, path[: len(path) - len(node) + at + p])
-            for node, path in _paths(self.cache.root)
+            for node, path in paths_below(self.cache.root)
             if node.swa_lock_ref > 0
             for at in range(0, len(node), p)
         }
@@ -350,7 +356,7 @@ class SlidingWindowAdapter(RadixCacheAdapter):
         return self.cache.swa_evictable_size(), self.cache.swa_protected_size()
 
     def node_starts(self, tokens: tuple[int, ...], namespace: Any) -> list[int]:
-        return [start for _, start in _along(self.cache.root, tokens, namespace)]
+        return [start for _, start in nodes_along(self.cache.root, tokens, namespace)]
 
 
 class MambaAdapter(_OwnCacheAdapter):
@@ -423,7 +429,7 @@ class MambaAdapter(_OwnCacheAdapter):
         out: dict[PagePlace, tuple[tuple[int, ...], int | None]] = {}
         p = self.page_size
         for node in self.cache.nodes():
-            path = _mamba_path(node)
+            path = mamba_path(node)
             assert node.value is not None
             values = tuple(node.value.tolist())
             start = len(path) - len(node)
@@ -437,8 +443,8 @@ class MambaAdapter(_OwnCacheAdapter):
 
     def lru_orders(self) -> tuple[list[PagePlace], list[PagePlace]]:
         return (
-            [(n.extra_key, _mamba_path(n)) for n in self.cache.full_lru],
-            [(n.extra_key, _mamba_path(n)) for n in self.cache.mamba_lru],
+            [(n.extra_key, mamba_path(n)) for n in self.cache.full_lru],
+            [(n.extra_key, mamba_path(n)) for n in self.cache.mamba_lru],
         )
 
     def lock_counts(self) -> list[tuple[int, int]]:
@@ -460,105 +466,6 @@ class MambaAdapter(_OwnCacheAdapter):
         )
         full, mamba = self.lru_orders()
         return (nodes, self.sizes(), tuple(full), tuple(mamba), len(self.evicted_ids))
-
-
-class CanonicalTree:
-    """One tree in canonical terms: each node named by its place in a walk from the root
-    (children in the tree's own order, which a future may read), ids and births ranked
-    together (an id orders ties; every new one is above every live one), stamps ranked
-    densely (ties kept: one touch stamps a whole path)."""
-
-    def __init__(self, root: TreeNode, reads_hits: bool) -> None:
-        self.walk = [root, *_walk(root)]
-        self.place = {id(node): at for at, node in enumerate(self.walk)}
-        self.ids = _ranks({n.id for n in self.walk} | {n.birth for n in self.walk})
-        self.stamps = _ranks({n.last_access_time for n in self.walk})
-        self.reads_hits = reads_hits
-
-    def name(self, handle: Any) -> Hashable:
-        """A node of this tree by its place; anything else (a lock token, a detached
-        node) by its own plain value, never by an id the cache made up."""
-        if isinstance(handle, TreeNode):
-            at = self.place.get(id(handle))
-            return ("node", at) if at is not None else ("detached", handle.tokens)
-        return ("value", handle if isinstance(handle, (int, str, type(None))) else repr(handle))
-
-    def nodes(self, extra: Callable[[Any], tuple[Hashable, ...]]) -> Hashable:
-        return tuple(
-            (
-                self.place.get(id(node.parent)),
-                node.extra_key,
-                node.tokens,
-                tuple(node.value.tolist()) if node.value is not None else None,
-                self.stamps[node.last_access_time],
-                self.ids[node.id],
-                self.ids[node.birth],
-                node.hit_count if self.reads_hits else None,
-                node.priority,
-                *extra(node),
-            )
-            for node in self.walk
-        )
-
-
-def _walk(root: TreeNode) -> list[TreeNode]:
-    """Every node below ``root``, parents first, children in the tree's order."""
-    out: list[TreeNode] = []
-    stack = list(reversed(root.children.values()))
-    while stack:
-        node = stack.pop()
-        out.append(node)
-        stack.extend(reversed(node.children.values()))
-    return out
-
-
-def _ranks(values: Iterable[Any]) -> dict[Any, int]:
-    """Each distinct value's rank among ``values`` (equal values share one)."""
-    return {value: rank for rank, value in enumerate(sorted(set(values)))}
-
-
-def _paths(root: TreeNode) -> list[tuple[TreeNode, tuple[int, ...]]]:
-    """Every node below ``root`` with the full token path ending at it."""
-    out: list[tuple[TreeNode, tuple[int, ...]]] = []
-    stack: list[tuple[TreeNode, tuple[int, ...]]] = [(root, ())]
-    while stack:
-        node, path = stack.pop()
-        for child in node.children.values():
-            child_path = path + cast(tuple[int, ...], child.tokens)  # the kit uses ints
-            out.append((child, child_path))
-            stack.append((child, child_path))
-    return out
-
-
-def _along(root: TreeNode, tokens: tuple[int, ...], namespace: Any) -> list[tuple[TreeNode, int]]:
-    """The nodes on the cached path of ``tokens`` in ``namespace``, from the root's child
-    down, each with the token offset it begins at (read only: no split, no stamp)."""
-    out: list[tuple[TreeNode, int]] = []
-    node, start = root, 0
-    while start < len(tokens):
-        rest = tokens[start:]
-        below = [c for c in node.children.values() if c.extra_key == namespace and _on(c, rest)]
-        if not below:
-            break
-        node = below[0]
-        out.append((node, start))
-        start += len(node)
-    return out
-
-
-def _on(node: TreeNode, tokens: tuple[int, ...]) -> bool:
-    """Whether ``tokens`` go on into ``node``: its key agrees with them as far as both go."""
-    edge = cast(tuple[int, ...], node.tokens)  # the kit uses ints
-    return edge[: len(tokens)] == tokens[: len(edge)]
-
-
-def _mamba_path(node: MambaTreeNode) -> tuple[int, ...]:
-    parts: list[tuple[int, ...]] = []
-    current = node
-    while current.parent is not None:
-        parts.append(cast(tuple[int, ...], current.tokens))  # the kit uses int tokens
-        current = cast(MambaTreeNode, current.parent)
-    return tuple(t for part in reversed(parts) for t in part)
 
 
 def radix_cache(page_size: int, host: Host) -> RadixCacheAdapter:

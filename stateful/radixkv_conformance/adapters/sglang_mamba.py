@@ -39,11 +39,11 @@ from typing import Any
 
 import torch
 
+from radixkv_conformance.adapters._sglang_picture import TreePicture
 from radixkv_conformance.adapters._sglang_unified import (
     FULL,
     MAMBA,
     HostKVAllocator,
-    TreePicture,
     UnifiedAdapter,
     build_cache,
     radix_key,

@@ -17,7 +17,7 @@ is stubbed and why). Handles are node ids; ``lock`` returns sglang's ``TreeLock`
 ``unlock`` gives it back. Neither core walks by key, so ``contents`` / ``swa_pages`` read the
 KV-canary walk (every FULL slot; the SWA-resident ones) and name each index by the key it
 was inserted under. On the Python core the adapter gives the explorer ``canonical_state``
-(``_sglang_unified.TreePicture``); the Rust core has none (``PythonSglangSwaAdapter`` says why).
+(``_sglang_picture.TreePicture``); the Rust core has none (``PythonSglangSwaAdapter`` says why).
 """
 
 from __future__ import annotations
@@ -27,11 +27,11 @@ from typing import Any
 
 import torch
 
+from radixkv_conformance.adapters._sglang_picture import TreePicture
 from radixkv_conformance.adapters._sglang_unified import (
     FULL,
     SWA,
     HostKVAllocator,
-    TreePicture,
     UnifiedAdapter,
     build_cache,
     radix_key,

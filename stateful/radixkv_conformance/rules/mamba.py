@@ -30,8 +30,9 @@ from radixkv_spec.mamba import MambaCacheModel
 from radixkv_spec.outcomes import InsertOutcome, MatchOutcome
 from radixkv_spec.tokens import page_align
 
-from radixkv_conformance.machines import BAD_CALLS, ConformanceMachine, Keywords, NodeRef, Step
+from radixkv_conformance.machines import BAD_CALLS, ConformanceMachine, Step
 from radixkv_conformance.protocol import Indices, Inserted, Matched, Namespace
+from radixkv_conformance.session import Keywords, NodeRef
 from radixkv_conformance.strategies import EVICT_AMOUNTS, one_of
 
 UNUSED_SLOT = 10**9  # a slot nobody holds: in a bad call only the other argument is wrong

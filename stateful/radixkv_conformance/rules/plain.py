@@ -11,8 +11,9 @@ from radixkv_spec.model import PrefixCacheModel
 from radixkv_spec.pages import cached_len
 from radixkv_spec.tokens import page_align
 
-from radixkv_conformance.machines import ConformanceMachine, NodeRef, Step, end_run
+from radixkv_conformance.machines import ConformanceMachine, Step
 from radixkv_conformance.protocol import Namespace, NoRoom, as_inserted, token_places
+from radixkv_conformance.session import NodeRef, end_run
 from radixkv_conformance.strategies import EVICT_AMOUNTS, TOKEN_ALPHABET, up_to
 
 REFUSED = object()

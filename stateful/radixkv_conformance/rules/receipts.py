@@ -19,7 +19,8 @@ from typing import Any
 
 from hypothesis.stateful import Bundle, consumes, multiple, precondition, rule
 
-from radixkv_conformance.machines import ConformanceMachine, LockRef
+from radixkv_conformance.machines import ConformanceMachine
+from radixkv_conformance.session import LockRef
 
 
 class ReceiptRules(ConformanceMachine):

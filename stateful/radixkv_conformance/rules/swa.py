@@ -20,20 +20,13 @@ from typing import Any, ClassVar, NamedTuple
 from hypothesis import strategies as st
 from hypothesis.stateful import invariant, precondition, rule
 from radixkv_spec.outcomes import InsertOutcome
-from radixkv_spec.swa import SlidingWindowModel, nodes_are_whole
+from radixkv_spec.swa import SlidingWindowModel
+from radixkv_spec.swa_window import nodes_are_whole
 from radixkv_spec.tokens import Position, page_align
 
-from radixkv_conformance.machines import (
-    BAD_CALLS,
-    ConformanceMachine,
-    IllegalStep,
-    Keywords,
-    LockRef,
-    NodeRef,
-    Step,
-    end_run,
-)
+from radixkv_conformance.machines import BAD_CALLS, ConformanceMachine, Step
 from radixkv_conformance.protocol import Indices, Inserted, Namespace
+from radixkv_conformance.session import IllegalStep, Keywords, LockRef, NodeRef, end_run
 from radixkv_conformance.strategies import EVICT_ALL, EVICT_AMOUNTS, up_to
 
 
