@@ -46,7 +46,13 @@ from radixkv_spec.outcomes import (
     MatchOutcome,
     ResetOutcome,
 )
-from radixkv_spec.pages import cached_len, child_paths, page_prefixes, path_indices, validate_index
+from radixkv_spec.pages import (
+    PageMap,
+    cached_len,
+    page_prefixes,
+    path_indices,
+    validate_index,
+)
 from radixkv_spec.policies import (
     DEEPEST_STATE,
     LRU_LEAVES,
@@ -60,7 +66,6 @@ from radixkv_spec.tokens import (
     Position,
     Token,
     aligned,
-    extends,
     validate_namespace,
     validate_tokens,
 )
@@ -115,7 +120,7 @@ def validate_slot(value: object) -> int:
     return int(value)
 
 
-class MambaCacheModel:
+class MambaCacheModel(PageMap):
     """The cached pages and states of a MambaRadixCache, with handles and recency."""
 
     def __init__(
@@ -168,22 +173,9 @@ class MambaCacheModel:
 
     # ----------------------------------------------------------------- queries
 
-    def positions(self) -> list[Position]:
-        return [(ns, path) for ns, table in self.pages.items() for path in table]
-
-    def has_page(self, ns: Namespace, path: PagePath) -> bool:
-        return not path or path in self.pages.get(ns, {})
-
     def has_state(self, ns: Namespace, path: PagePath) -> bool:
         """Whether a state is held at ``path`` (the root always holds the initial state)."""
         return not path or (ns, path) in self.states
-
-    def children(self, ns: Namespace, path: PagePath) -> list[PagePath]:
-        return child_paths(self.pages.get(ns, {}), path, self.page_size)
-
-    def is_locked(self, ns: Namespace, path: PagePath) -> bool:
-        """Full lock: some handle's path runs through ``path``."""
-        return any(h_ns == ns and extends(h_path, path) for h_ns, h_path in self.handles)
 
     def owned_slots(self) -> set[int]:
         return set(self.states.values())
@@ -202,13 +194,6 @@ class MambaCacheModel:
         """How many aligned tokens of ``tokens`` the KV alone covers (no recency change)."""
         key = aligned(validate_tokens(tokens), self.page_size)
         return cached_len(self.pages.get(validate_namespace(ns), {}), key, self.page_size)
-
-    def indices_of(self, ns: Namespace, path: PagePath) -> tuple[int, ...]:
-        """The KV indices of the cached page-aligned ``path`` (no recency change)."""
-        return path_indices(self.pages.get(ns, {}), path, self.page_size)
-
-    def handle_count(self, ns: Namespace, path: PagePath) -> int:
-        return self.handles[(ns, path)]
 
     def handle_is_stale(self, ns: Namespace, prefix: PagePath, obtained_at: int) -> bool:
         """A handle is stale once a page on its path was dropped (or re-added) since."""

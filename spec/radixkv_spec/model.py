@@ -48,11 +48,9 @@ from radixkv_spec.outcomes import (
     ResetOutcome,
 )
 from radixkv_spec.pages import (
-    PageTable,
+    PageMap,
     cached_len,
-    child_paths,
     page_prefixes,
-    path_indices,
     validate_index,
 )
 from radixkv_spec.policies import (
@@ -75,7 +73,7 @@ from radixkv_spec.tokens import (
 )
 
 
-class PrefixCacheModel:
+class PrefixCacheModel(PageMap):
     """The cached pages of a RadixCache, with lock handles and recency (see module doc)."""
 
     def __init__(
@@ -129,40 +127,12 @@ class PrefixCacheModel:
 
     # ----------------------------------------------------------------- queries
 
-    def positions(self) -> list[Position]:
-        """Every cached page position (namespace by namespace, in insertion order)."""
-        return [(ns, path) for ns, table in self.pages.items() for path in table]
-
-    def table(self, ns: Namespace) -> PageTable:
-        """The cached pages of namespace ``ns``."""
-        return self.pages.get(ns, {})
-
-    def has_page(self, ns: Namespace, path: PagePath) -> bool:
-        """Whether ``path`` is a cached page position in ``ns`` (the empty path is the root)."""
-        return not path or path in self.table(ns)
-
     def is_cached(self, ns: Namespace, prefix: Sequence[Token]) -> bool:
         """Whether every token of ``prefix`` lies on a cached page path in ``ns``."""
         length = -(-len(prefix) // self.page_size) * self.page_size
         return not prefix or any(
             len(path) == length and extends(path, prefix) for path in self.table(ns)
         )
-
-    def indices_of(self, ns: Namespace, path: PagePath) -> tuple[int, ...]:
-        """The KV indices of the cached page-aligned ``path`` (no recency change)."""
-        return path_indices(self.table(ns), path, self.page_size)
-
-    def children(self, ns: Namespace, path: PagePath) -> list[PagePath]:
-        """The cached positions one page below ``path``."""
-        return child_paths(self.table(ns), path, self.page_size)
-
-    def handle_count(self, ns: Namespace, prefix: Sequence[Token]) -> int:
-        """How many lock handles are outstanding at exactly ``prefix``."""
-        return self.handles[(ns, tuple(prefix))]
-
-    def is_locked(self, ns: Namespace, prefix: Sequence[Token]) -> bool:
-        """Whether some lock handle's path runs through ``prefix`` (a lock covers its path)."""
-        return any(h_ns == ns and extends(h_path, prefix) for h_ns, h_path in self.handles)
 
     def handle_is_stale(self, ns: Namespace, prefix: Sequence[Token], obtained_at: int) -> bool:
         """Whether a handle to ``prefix`` obtained at tick ``obtained_at`` is stale.

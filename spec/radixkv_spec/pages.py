@@ -4,14 +4,16 @@ A *page position* ``(ns, path)`` is a namespace and a non-empty page-aligned tok
 (``radixkv_spec.tokens``: ``Namespace``, ``PagePath``, ``Position``); it stands for the last
 page of ``path`` and maps to that page's ``page_size`` KV indices. One namespace's pages
 are a ``PageTable``; a cached set of positions is prefix-closed. The functions here walk
-a table the same way for every model (``PrefixCacheModel``, ``MambaCacheModel``), each a
-pure function whose contract CrossHair checks.
+a table the same way for every model (``PrefixCacheModel``, ``SlidingWindowModel``,
+``MambaCacheModel``), each a pure function whose contract CrossHair checks, and ``PageMap``
+answers the queries every model shares of its tables and lock handles.
 """
 
-from collections.abc import Mapping
+from collections import Counter
+from collections.abc import Mapping, Sequence
 from typing import TypeAlias
 
-from radixkv_spec.tokens import MAX_TOKEN_ID, PagePath, extends
+from radixkv_spec.tokens import MAX_TOKEN_ID, Namespace, PagePath, Position, Token, extends
 
 # One namespace's cached pages: page position -> the KV indices of that page.
 PageTable: TypeAlias = Mapping[PagePath, tuple[int, ...]]
@@ -74,3 +76,41 @@ def validate_index(value: object) -> int:
     if not 0 <= value < MAX_TOKEN_ID:
         raise ValueError(f"KV index {value} is outside [0, 2**63)")
     return int(value)
+
+
+class PageMap:
+    """What every spec model answers the same way of its page map (``pages``: one table per
+    namespace) and its lock handles (``handles``: how many at each position): the queries
+    the three models share, written once."""
+
+    page_size: int
+    pages: dict[Namespace, dict[PagePath, tuple[int, ...]]]
+    handles: Counter[Position]
+
+    def positions(self) -> list[Position]:
+        """Every cached page position (namespace by namespace, in insertion order)."""
+        return [(ns, path) for ns, table in self.pages.items() for path in table]
+
+    def table(self, ns: Namespace) -> PageTable:
+        """The cached pages of namespace ``ns``."""
+        return self.pages.get(ns, {})
+
+    def has_page(self, ns: Namespace, path: PagePath) -> bool:
+        """Whether ``path`` is a cached page position in ``ns`` (the empty path is the root)."""
+        return not path or path in self.table(ns)
+
+    def indices_of(self, ns: Namespace, path: PagePath) -> tuple[int, ...]:
+        """The KV indices of the cached page-aligned ``path`` (no recency change)."""
+        return path_indices(self.table(ns), path, self.page_size)
+
+    def children(self, ns: Namespace, path: PagePath) -> list[PagePath]:
+        """The cached positions one page below ``path``."""
+        return child_paths(self.table(ns), path, self.page_size)
+
+    def handle_count(self, ns: Namespace, prefix: Sequence[Token]) -> int:
+        """How many lock handles are outstanding at exactly ``prefix``."""
+        return self.handles[(ns, tuple(prefix))]
+
+    def is_locked(self, ns: Namespace, prefix: Sequence[Token]) -> bool:
+        """Whether some lock handle's path runs through ``prefix`` (a lock covers its path)."""
+        return any(h_ns == ns and extends(h_path, prefix) for h_ns, h_path in self.handles)

@@ -23,10 +23,15 @@ from radixkv_spec.outcomes import (
     MatchOutcome,
     ResetOutcome,
 )
-from radixkv_spec.pages import PageTable, cached_len, child_paths, page_prefixes, path_indices
+from radixkv_spec.pages import (
+    PageMap,
+    cached_len,
+    page_prefixes,
+    path_indices,
+)
 from radixkv_spec.policies import LRU_LEAVES, PLAIN_MODEL_ONLY, LeafFacts, VictimOrder
 from radixkv_spec.swa_window import WindowTombstones, exact_window, handle_window, window_holds
-from radixkv_spec.tokens import Namespace, PagePath, Position, Token, aligned, extends
+from radixkv_spec.tokens import Namespace, PagePath, Position, Token, aligned
 
 DeadInsert: TypeAlias = Literal["dropped", "tombstoned"]
 
@@ -42,7 +47,7 @@ class _Tally:
     tombstone_leaves_before: set[Position] = field(default_factory=set)
 
 
-class SlidingWindowModel:
+class SlidingWindowModel(PageMap):
     """Pages, tombstones, lock handles and recency of a RadixCache with a window."""
 
     def __init__(
@@ -85,35 +90,11 @@ class SlidingWindowModel:
 
     # ---- queries -------------------------------------------------------------------------
 
-    def positions(self) -> list[Position]:
-        """Every cached page position, tombstones included (namespace by namespace)."""
-        return [(ns, path) for ns, table in self.pages.items() for path in table]
-
-    def table(self, ns: Namespace) -> PageTable:
-        """The cached pages of namespace ``ns``."""
-        return self.pages.get(ns, {})
-
-    def has_page(self, ns: Namespace, path: PagePath) -> bool:
-        """Whether ``path`` is a cached page position in ``ns`` (the empty path is the root)."""
-        return not path or path in self.table(ns)
-
     def path_pages(self, ns: Namespace, key: PagePath) -> list[Position]:
         """The cached page positions along the aligned ``key``, from the root, as far as
         cached."""
         end = cached_len(self.table(ns), key, self.page_size)
         return [(ns, q) for q in page_prefixes(key[:end], self.page_size)]
-
-    def children(self, ns: Namespace, path: PagePath) -> list[PagePath]:
-        """The cached positions one page below ``path``."""
-        return child_paths(self.table(ns), path, self.page_size)
-
-    def is_locked(self, ns: Namespace, path: PagePath) -> bool:
-        """Some handle's path runs through ``path``."""
-        return any(h_ns == ns and extends(h_path, path) for h_ns, h_path in self.handles)
-
-    def handle_count(self, ns: Namespace, prefix: Sequence[Token]) -> int:
-        """How many lock handles are outstanding at exactly ``prefix``."""
-        return self.handles[(ns, tuple(prefix))]
 
     def minimum_windows(self) -> set[Position]:
         """Pages every lock must keep SWA KV for: the last W live tokens above each handle
