@@ -235,95 +235,157 @@ def run_conformance(
     by_cause = {causes.acknowledge(document, label) for label, document in known_traces}
     acknowledged = set(known) | by_cause
     report = ConformanceReport(name, profile, capabilities, notes, tuple(sorted(acknowledged)))
-    started = time.perf_counter()
-
-    def over_budget() -> bool:
-        return budget is not None and time.perf_counter() - started >= budget
-
-    def machine(kind: str) -> type[ConformanceMachine]:
-        made = machine_for(
-            machine_name(name, kind),
-            factory,
-            profile,
-            capabilities=capabilities,
-            known=frozenset(acknowledged),
-            progress=progress,
-        )
-        made.session.causes = causes if by_cause else None
-        return made
-
-    def report_other_causes() -> None:
-        """Runs that hit an id acknowledged by its trace, by another cause: findings."""
-        for trace in causes.others(factory, profile, acknowledged):
-            said = trace["failure"]
-            fid = said["finding"]
-            message = f"same symptom as {causes.names[fid]}, another cause: {said['message']}"
-            report.failures.append(Failure(fid, said["check"], message, trace))
-            if on_failure is not None:
-                on_failure(report.failures[-1])
-
-    stage = on_stage or (lambda _: None)
-    session = machine("Machine").session
+    check = _Check(
+        factory,
+        profile,
+        capabilities,
+        report,
+        acknowledged,
+        causes=causes if by_cause else None,
+        budget=budget,
+        max_failures=max_failures,
+        jobs=jobs,
+        progress=progress,
+        on_failure=on_failure,
+        stage=on_stage or (lambda _: None),
+    )
+    session = check.machine("Machine").session
     report.coverage = Coverage(
         session.situations, accepted=frozenset(uncovered_ok), decisive=session.decisive
     )
     if database is not None:
-        stage("replaying the examples a fuzz run stored in the database")
-        stored = _replay_stored(machine("Machine"), database, settings)
-        for finding in stored[:max_failures]:
-            report.failures.append(_minimized(finding, factory, profile))
-            acknowledged.add(finding.finding_id)
-            if on_failure is not None:
-                on_failure(report.failures[-1])
+        check.replay_stored(database, settings)
     if explore is not None:
-        seconds = EXPLORE_SECONDS
-        if budget is not None:
-            seconds = max(budget * EXPLORE_SHARE, min(budget, EXPLORE_FLOOR))
-        explored = machine("Explored")
-        _explore(
-            explored, explore, seconds, report, progress, on_failure, max_failures, stage, jobs
-        )
-        acknowledged.update(failure.finding for failure in report.failures)
-        report_other_causes()
-    draw, examples = seed, None
-    while len(report.failures) < max_failures and not (report.searches and over_budget()):
-        searched = machine("Machine")
-        searched.session.coverage = report.coverage.counts  # every search adds to one tally
-        searched.session.steer = report.searches > 0
-        stage(_search_stage(report, draw))
-        search_started = time.perf_counter()
-        findings = _search(searched, _sized(settings, examples), draw)
-        runs = max(1, searched.session.stats["runs"])
-        seconds_per_run = (time.perf_counter() - search_started) / runs
-        report.searches += 1
-        report.stats += searched.session.stats
-        report_other_causes()
-        new = [f for f in findings if f.finding_id not in acknowledged]
-        if new:  # minimize them, then search on past them with the same draw
-            if progress is not None:  # a search with findings runs longer: say why
-                print(f"{name}: minimizing {len(new)} new finding(s) by replay", file=sys.stderr)
-            for finding in new[: max_failures - len(report.failures)]:
-                report.failures.append(_minimized(finding, factory, profile))
-                acknowledged.add(finding.finding_id)
-                if on_failure is not None:
-                    on_failure(report.failures[-1])
-                if over_budget():
-                    report.budget_spent = True
-                    break
-            if report.budget_spent:
-                break
-            continue
-        if budget is None:
-            break
-        # the next seed, in the time that is left
-        examples = int((started + budget - time.perf_counter()) / seconds_per_run)
-        if examples < MIN_EXAMPLES:
-            report.budget_spent = True
-            break
-        draw = 1 if draw is None else draw + 1
-    report.budget_spent = report.budget_spent or over_budget()
-    report.seconds = time.perf_counter() - started
+        check.explore(explore)
+    check.search(settings, seed)
+    report.budget_spent = report.budget_spent or check.over_budget()
+    report.seconds = time.perf_counter() - check.started
     return report
+
+
+@dataclass
+class _Check:
+    """One ``run_conformance`` under way: what it checks, the report it fills, the ids it
+    acknowledges so far, and its stages (a database replayed, the exploration, the
+    searches), each adding its findings to the report as soon as they are minimized."""
+
+    factory: AdapterFactory
+    profile: Profile
+    capabilities: frozenset[str]
+    report: ConformanceReport
+    acknowledged: set[str]
+    causes: Causes | None = None  # findings acknowledged by their trace (None: none are)
+    budget: float | None = None
+    max_failures: int = 32
+    jobs: int = 1
+    progress: Callable[[Counter[str]], None] | None = None
+    on_failure: Callable[[Failure], None] | None = None
+    stage: Callable[[str], None] = field(default=lambda _: None)
+    started: float = field(default_factory=time.perf_counter)
+
+    def over_budget(self) -> bool:
+        return self.budget is not None and time.perf_counter() - self.started >= self.budget
+
+    def machine(self, kind: str) -> type[ConformanceMachine]:
+        made = machine_for(
+            machine_name(self.report.name, kind),
+            self.factory,
+            self.profile,
+            capabilities=self.capabilities,
+            known=frozenset(self.acknowledged),
+            progress=self.progress,
+        )
+        made.session.causes = self.causes
+        return made
+
+    def add(self, failure: Failure) -> None:
+        self.report.failures.append(failure)
+        if self.on_failure is not None:
+            self.on_failure(failure)
+
+    def report_other_causes(self) -> None:
+        """Runs that hit an id acknowledged by its trace, by another cause: findings."""
+        if self.causes is None:
+            return
+        for trace in self.causes.others(self.factory, self.profile, self.acknowledged):
+            said = trace["failure"]
+            fid = said["finding"]
+            message = f"same symptom as {self.causes.names[fid]}, another cause: {said['message']}"
+            self.add(Failure(fid, said["check"], message, trace))
+
+    def replay_stored(self, database: ExampleDatabase, settings: Settings | None) -> None:
+        self.stage("replaying the examples a fuzz run stored in the database")
+        stored = _replay_stored(self.machine("Machine"), database, settings)
+        for finding in stored[: self.max_failures]:
+            self.add(_minimized(finding, self.factory, self.profile))
+            self.acknowledged.add(finding.finding_id)
+
+    def explore(self, bounds: Bounds) -> None:
+        seconds = EXPLORE_SECONDS
+        if self.budget is not None:
+            seconds = max(self.budget * EXPLORE_SHARE, min(self.budget, EXPLORE_FLOOR))
+        report = self.report
+        _explore(
+            self.machine("Explored"),
+            bounds,
+            seconds,
+            report,
+            self.progress,
+            self.on_failure,
+            self.max_failures,
+            self.stage,
+            self.jobs,
+        )
+        self.acknowledged.update(failure.finding for failure in report.failures)
+        self.report_other_causes()
+
+    def search(self, settings: Settings | None, draw: int | None) -> None:
+        """Search, then again from the next seed, steered, until the budget is spent (once
+        without a budget); past each batch of new findings, again with the same draw."""
+        report, examples = self.report, None
+        while len(report.failures) < self.max_failures and not (
+            report.searches and self.over_budget()
+        ):
+            searched = self.machine("Machine")
+            searched.session.coverage = report.coverage.counts  # every search adds to one tally
+            searched.session.steer = report.searches > 0
+            self.stage(_search_stage(report, draw))
+            search_started = time.perf_counter()
+            findings = _search(searched, _sized(settings, examples), draw)
+            runs = max(1, searched.session.stats["runs"])
+            seconds_per_run = (time.perf_counter() - search_started) / runs
+            report.searches += 1
+            report.stats += searched.session.stats
+            self.report_other_causes()
+            new = [f for f in findings if f.finding_id not in self.acknowledged]
+            if new:  # minimize them, then search on past them with the same draw
+                if not self.add_new(new):
+                    return
+                continue
+            if self.budget is None:
+                return
+            # the next seed, in the time that is left
+            left = self.started + self.budget - time.perf_counter()
+            examples = int(left / seconds_per_run)
+            if examples < MIN_EXAMPLES:
+                report.budget_spent = True
+                return
+            draw = 1 if draw is None else draw + 1
+
+    def add_new(self, new: list[Finding]) -> bool:
+        """Minimize and report new findings; False once the budget is spent doing it."""
+        if self.progress is not None:  # a search with findings runs longer: say why
+            print(
+                f"{self.report.name}: minimizing {len(new)} new finding(s) by replay",
+                file=sys.stderr,
+            )
+        for finding in new[: self.max_failures - len(self.report.failures)]:
+            self.add(_minimized(finding, self.factory, self.profile))
+            self.acknowledged.add(finding.finding_id)
+            if self.over_budget():
+                self.report.budget_spent = True
+                return False
+        return True
 
 
 def _replay_stored(
