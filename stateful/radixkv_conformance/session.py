@@ -20,7 +20,6 @@ from radixkv_conformance.protocol import AdapterError, AdapterFactory, Namespace
 if TYPE_CHECKING:
     from radixkv_conformance.causes import Causes
 
-Key = tuple[int, ...]
 Keywords = dict[str, Any]  # a call's keywords beyond the key and its indices
 
 
