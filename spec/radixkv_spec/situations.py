@@ -103,7 +103,7 @@ class Situation:
     text: str
     reached: Callable[[Transition], bool] = field(repr=False)
     ops: tuple[str, ...]  # the operations whose steps can reach it: the only ones it is
-    # asked about (``watching``), which keeps the probe of every step cheap
+    # asked about (``reached``), which keeps the probe of every step cheap
     allocation: str | None = None  # only where the profile's allocation is this
 
 
@@ -528,16 +528,6 @@ def _claimed(needs: str | tuple[str, ...] | None, capabilities: Collection[str])
 def reached(t: Transition, among: Iterable[Situation] = SITUATIONS) -> list[str]:
     """The names of the situations ``t`` reaches."""
     return [s.name for s in among if t.op in s.ops and s.reached(t)]
-
-
-def watching(among: Iterable[Situation]) -> dict[str, tuple[Situation, ...]]:
-    """``among`` by the operations that can reach each: what a probe asks of a step of
-    each operation (``reached(t, watching(among).get(t.op, ()))`` is ``reached(t, among)``)."""
-    by_op: dict[str, list[Situation]] = {}
-    for s in among:
-        for op in s.ops:
-            by_op.setdefault(op, []).append(s)
-    return {op: tuple(found) for op, found in by_op.items()}
 
 
 def unknown(names: Sequence[str]) -> list[str]:

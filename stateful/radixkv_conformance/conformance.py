@@ -247,7 +247,7 @@ def run_conformance(
         jobs=jobs,
         progress=progress,
         on_failure=on_failure,
-        stage=on_stage or (lambda _: None),
+        stage=on_stage or _silent,
     )
     session = check.machine("Machine").session
     report.coverage = Coverage(
@@ -261,6 +261,10 @@ def run_conformance(
     report.budget_spent = report.budget_spent or check.over_budget()
     report.seconds = time.perf_counter() - check.started
     return report
+
+
+def _silent(_: str) -> None:
+    """Where no one listens for the stages."""
 
 
 @dataclass
@@ -280,7 +284,7 @@ class _Check:
     jobs: int = 1
     progress: Callable[[Counter[str]], None] | None = None
     on_failure: Callable[[Failure], None] | None = None
-    stage: Callable[[str], None] = field(default=lambda _: None)
+    stage: Callable[[str], None] = field(default=_silent)  # a line as each stage starts
     started: float = field(default_factory=time.perf_counter)
 
     def over_budget(self) -> bool:

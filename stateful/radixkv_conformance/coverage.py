@@ -27,7 +27,6 @@ from radixkv_spec.situations import (
     View,
     reached,
     view_of,
-    watching,
 )
 from radixkv_spec.tokens import Position
 
@@ -48,7 +47,6 @@ class Probe:
     ):
         self.page_size = page_size
         self.watched = watched
-        self.watching = watching(watched)  # the situations a step of each operation can reach
         self.decisive = decisive
         self.counts = counts  # the session's tally: situations, decisive ones, pairs
         self.seen: set[str] = set()  # situations and decisive ones reached in this run
@@ -64,7 +62,7 @@ class Probe:
 
     def __deepcopy__(self, memo: dict[int, Any]) -> Probe:
         """A copy of a run (the state explorer forks runs) counts into the same tally."""
-        copied = copy(self)  # what it shares: the tally, what it watches; the rest is frozen
+        copied = copy(self)  # it shares the tally and what it watches; the rest is frozen
         copied.seen, copied.splits = set(self.seen), set(self.splits)
         copied.seen_pairs = set(self.seen_pairs)
         copied._open = deepcopy(self._open, memo)
@@ -130,7 +128,7 @@ class Probe:
         self._open = None
         after = view_of(model)
         transition = self._transition(step, before, after)
-        for name in reached(transition, self.watching.get(transition.op, ())):
+        for name in reached(transition, self.watched):
             self._reach(name)
         for name in decisive_reached(transition, self.since, recency, self.decisive):
             self._reach(name)

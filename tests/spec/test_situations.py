@@ -16,7 +16,6 @@ from radixkv_spec.situations import (
     reached,
     unknown,
     view_of,
-    watching,
 )
 from radixkv_spec.tokens import Position
 
@@ -194,8 +193,8 @@ def _transitions(draw: st.DrawFn) -> Transition:
 def test_only_the_operations_a_situation_names_reach_it(
     t: Transition, recency: dict[Position, int]
 ) -> None:
-    """The probe asks a step only about the situations its operation can reach
-    (``watching``, ``Decisive.ops``): no predicate is true for another operation."""
+    """A step is asked only about the situations its operation can reach (``Situation.ops``,
+    ``Decisive.ops``): no predicate is true for another operation."""
     for s in SITUATIONS:
         assert t.op in s.ops or not s.reached(t), s.name
     now = {q: recency.get(q, 0) for q in t.before.pages}
@@ -203,4 +202,3 @@ def test_only_the_operations_a_situation_names_reach_it(
     for d in DECISIVE:
         hit = d.reached(t, since, now) or (d.near is not None and d.near(t, since, now))
         assert t.op in d.ops or not hit, d.name
-    assert reached(t) == reached(t, watching(SITUATIONS).get(t.op, ()))
