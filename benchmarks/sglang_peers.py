@@ -21,6 +21,7 @@ import types
 from array import array
 from typing import Any
 
+from radixkv_conformance.adapters._checkouts import register_shells
 from radixkv_conformance.adapters._sglang_import import Stub as KitStub
 from radixkv_conformance.adapters._sglang_import import sglang_root
 
@@ -121,12 +122,7 @@ def _drop_foreign_stubs() -> None:
 
 def _load(*modules: str) -> list[Any]:
     _drop_foreign_stubs()
-    root = sglang_root()
-    for name in _SHELLS:
-        if name not in sys.modules:
-            shell = _Stub(name)
-            shell.__path__ = [str(root.joinpath(*name.split(".")))]
-            sys.modules[name] = shell
+    register_shells(sglang_root(), _SHELLS, _Stub)
     for name in _STUBS:
         if name not in sys.modules:
             sys.modules[name] = _Stub(name)

@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from types import ModuleType
-from typing import NamedTuple, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 import pytest
 import torch
@@ -390,6 +390,18 @@ def swa_snapshot(cache: RadixCache) -> SwaSnapshot:
     )
 
 
+@contextmanager
+def refused_unchanged(
+    cache: RadixCache, error: type[BaseException], match: str | None = None
+) -> Iterator[None]:
+    """The block raises ``error`` (its message matching ``match``) and leaves ``cache`` as it
+    was, SWA fields included: bad input loses nothing."""
+    before = swa_snapshot(cache)
+    with pytest.raises(error, match=match):
+        yield
+    assert swa_snapshot(cache) == before
+
+
 @dataclass
 class SwaHarness:
     """A RadixCache in SWA mode on a HybridPool, with an ``on_node_evict`` log.
@@ -533,15 +545,45 @@ def peer_adapter(module: str, engine: str) -> ModuleType:
 
 
 class RecordingHost:
-    """The kit's host for a peer adapter's direct tests: it records what the cache frees."""
+    """The kit's host for a peer adapter's direct tests: it records, in order, what the cache
+    frees and which state slots it frees and copies (``events``). A host without ``slots``
+    fails a test whose cache asks for one."""
 
-    page_size = 2
-    sliding_window = None
-
-    def __init__(self) -> None:
-        self.freed: list[tuple[int, ...]] = []
+    def __init__(
+        self, page_size: int = 2, sliding_window: int | None = None, *, slots: bool = True
+    ) -> None:
+        self.page_size = page_size
+        self.sliding_window = sliding_window
+        self.slots = slots
+        self.events: list[tuple[str, Any]] = []
+        self.next_slot = 100
 
     def free(self, indices: tuple[int, ...]) -> None:
-        self.freed.append(indices)
+        self.events.append(("free", tuple(indices)))
 
     __call__ = free
+
+    def free_swa(self, indices: tuple[int, ...]) -> None:
+        self.events.append(("free_swa", tuple(indices)))
+
+    def alloc_slot(self) -> int:
+        assert self.slots, "this cache has no state slots"
+        self.next_slot += 1
+        return self.next_slot
+
+    def free_slot(self, slot: int) -> None:
+        self.events.append(("slot", slot))
+
+    def copy_state(self, src: int, dst: int) -> None:
+        assert self.slots, "this cache has no state slots"
+        self.events.append(("copy", (src, dst)))
+
+    @property
+    def freed(self) -> list[tuple[int, ...]]:
+        """The full KV each ``free`` call gave back, in order."""
+        return [indices for kind, indices in self.events if kind == "free"]
+
+    @property
+    def freed_swa(self) -> list[tuple[int, ...]]:
+        """The sliding-window KV each ``free_swa`` call gave back, in order."""
+        return [indices for kind, indices in self.events if kind == "free_swa"]

@@ -285,6 +285,19 @@ RADIXKV_SWA = RADIXKV.but(
 RADIXKV_MAMBA = RADIXKV.but(
     name="radixkv-mamba", page_sizes=(1, 2, 4), notes="radixkv's MambaRadixCache."
 )
+VLLM_HABITS = RADIXKV.but(
+    name="vllm-habits",
+    refresh_on=frozenset({"insert", "unlock"}),
+    reset_while_held="refused",
+    allocation="cache",
+    page_hashes="opaque",
+    namespaces=(None, "a"),
+    notes=(
+        "vLLM v1's block pool: a lookup never refreshes recency, a reset is refused while "
+        "a block is held, the pool allocates its own blocks, its own block hashes."
+    ),
+)
+"""What a vLLM-shaped pool does differently from the spec (each such cache names itself)."""
 CHUNK_CACHE = Profile(
     "chunk",
     stores=False,

@@ -7,12 +7,10 @@ the tests here follow each one past the step the vector stops at.
 
 from __future__ import annotations
 
-from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import pytest
-from radixkv_conformance.adapters import _lightllm_import
 from radixkv_conformance.profile import LRU_LEAVES
 from radixkv_conformance.replay import replay
 
@@ -35,25 +33,6 @@ def _trace(*steps: dict[str, Any]) -> dict[str, Any]:
 
 def _insert(tokens: list[int], indices: list[int]) -> dict[str, Any]:
     return {"op": "insert", "tokens": tokens, "namespace": None, "indices": indices}
-
-
-# ---- the loader -------------------------------------------------------------------------
-
-
-def test_without_lightllm_src_the_error_says_how_to_get_a_checkout(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    monkeypatch.delenv("LIGHTLLM_SRC", raising=False)
-    with pytest.raises(ImportError, match=r"set LIGHTLLM_SRC to a clone of .*ModelTC/lightllm"):
-        _lightllm_import.checkout()
-
-
-def test_a_folder_without_the_radix_cache_is_refused(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
-) -> None:
-    monkeypatch.setenv("LIGHTLLM_SRC", str(tmp_path))
-    with pytest.raises(ImportError, match=r"holds no lightllm/server/router/dynamic_prompt/"):
-        _lightllm_import.checkout()
 
 
 # ---- the adapter on LightLLM's code --------------------------------------------------------

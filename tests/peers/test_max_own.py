@@ -2,28 +2,7 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
-import pytest
-from radixkv_conformance.adapters import _max_import
-
 from tests.helpers import RecordingHost, peer_adapter
-
-
-def test_without_max_src_the_error_says_how_to_get_a_checkout(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    monkeypatch.delenv("MAX_SRC", raising=False)
-    with pytest.raises(ImportError, match=r"set MAX_SRC to a checkout .*swi/modular"):
-        _max_import.checkout()
-
-
-def test_a_folder_without_the_trie_is_refused(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
-) -> None:
-    monkeypatch.setenv("MAX_SRC", str(tmp_path))
-    with pytest.raises(ImportError, match=r"holds no max/pipelines/kv_cache/radix_trie\.py"):
-        _max_import.checkout()
 
 
 def test_an_eviction_is_one_flat_free_and_matches_read_the_blocks() -> None:

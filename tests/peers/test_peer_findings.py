@@ -10,53 +10,21 @@ the Rust core), pymllm a checkout named by ``PYMLLM_SRC``.
 
 from __future__ import annotations
 
-import importlib
-from types import ModuleType
 from typing import Any
 
 import pytest
 
-
-def _peer(module: str) -> ModuleType:
-    try:
-        return importlib.import_module(f"radixkv_conformance.adapters.{module}")
-    except ImportError as missing:
-        pytest.skip(f"{module} is absent: {missing}")
+from tests.helpers import RecordingHost, peer_adapter
 
 
-class Host:
-    """The engine around the cache: records what the cache frees."""
-
-    page_size = 1
-
-    def __init__(self, sliding_window: int | None = None) -> None:
-        self.sliding_window = sliding_window
-        self.freed: list[tuple[int, ...]] = []
-        self.freed_swa: list[tuple[int, ...]] = []
-        self.freed_slots: list[int] = []
-
-    def __call__(self, indices: tuple[int, ...]) -> None:
-        self.free(indices)
-
-    def free(self, indices: tuple[int, ...]) -> None:
-        self.freed.append(indices)
-
-    def free_swa(self, indices: tuple[int, ...]) -> None:
-        self.freed_swa.append(indices)
-
-    def alloc_slot(self) -> int:
-        raise AssertionError("pymllm never allocates a state slot")
-
-    def free_slot(self, slot: int) -> None:
-        self.freed_slots.append(slot)
-
-    def copy_state(self, src: int, dst: int) -> None:
-        raise AssertionError("pymllm never copies a state")
+def _cache(module: str) -> Any:
+    """The peer ``module``'s cache, page 1, around a host that has no state slots."""
+    return peer_adapter(module, module).factory(1, RecordingHost(1, slots=False))
 
 
-def _swa(window: int) -> tuple[Host, Any]:
-    host = Host(window)
-    return host, _peer("pymllm_swa").factory(1, host)
+def _swa(window: int) -> tuple[RecordingHost, Any]:
+    host = RecordingHost(1, window, slots=False)
+    return host, peer_adapter("pymllm_swa", "pymllm_swa").factory(1, host)
 
 
 # -- pymllm SWA mode ---------------------------------------------------------------------
@@ -126,8 +94,8 @@ def test_pymllm_swa_tombstone_left_as_a_leaf_is_counted_as_swa_again() -> None:
 
 
 def test_pymllm_mamba_split_leaves_full_lock_below_mamba_lock() -> None:
-    host = Host()
-    cache = _peer("pymllm_mamba").factory(1, host)
+    host = RecordingHost(1, slots=False)
+    cache = peer_adapter("pymllm_mamba", "pymllm_mamba").factory(1, host)
     inserted = cache.insert((1, 2, 3, 4), None, (10, 11, 12, 13), state_slot=5)
     token = cache.lock(inserted.handle)
     cache.match((1, 2), None)  # splits the locked node: the upper half copies mamba_lock_ref
@@ -136,7 +104,7 @@ def test_pymllm_mamba_split_leaves_full_lock_below_mamba_lock() -> None:
 
 
 def test_pymllm_mamba_split_moves_the_state_to_the_upper_half() -> None:
-    cache = _peer("pymllm_mamba").factory(1, Host())
+    cache = _cache("pymllm_mamba")
     cache.insert((1, 2, 3, 4), None, (10, 11, 12, 13), state_slot=5)
     cache.match((1, 2), None)
     slots = {path: slot for (_, path), (_, slot) in cache.mamba_contents().items()}
@@ -165,27 +133,16 @@ def test_each_peer_adapter_backs_its_claims_and_has_its_own_profile(
 ) -> None:
     from radixkv_conformance.protocol import require_capabilities
 
-    peer = _peer(module)
-    adapter = peer.factory(1, Host(sliding_window=2))
+    peer = peer_adapter(module, module)
+    adapter = peer.factory(1, RecordingHost(1, 2, slots=False))
     assert require_capabilities(adapter) == adapter.capabilities
     assert peer.PROFILE.name == profile
     assert adapter.notes  # the adapter's choices are printed with every report
 
 
-def test_pymllm_without_a_checkout_says_how_to_get_one(monkeypatch: pytest.MonkeyPatch) -> None:
-    from radixkv_conformance.adapters import _pymllm_import
-
-    monkeypatch.delenv(_pymllm_import.ENV, raising=False)
-    with pytest.raises(ImportError, match="set PYMLLM_SRC"):
-        _pymllm_import.checkout()
-    monkeypatch.setenv(_pymllm_import.ENV, "/nonexistent")
-    with pytest.raises(ImportError, match=r"holds no pymllm/mem_cache/radix_cache\.py"):
-        _pymllm_import.checkout()
-
-
 def test_the_rust_core_frees_only_the_callers_duplicates() -> None:
-    host = Host()
-    cache = _peer("sglang_rust").factory(1, host)
+    host = RecordingHost(1, slots=False)
+    cache = peer_adapter("sglang_rust", "sglang_rust").factory(1, host)
     cache.insert((1, 2, 3), None, (10, 11, 12))
     # a request that matched [1, 2] holds the cache's 10, 11, then its own 21, 22
     prefix_len, _ = cache.insert((1, 2, 3, 4), None, (10, 11, 21, 22))
@@ -197,7 +154,7 @@ def test_the_rust_core_frees_only_the_callers_duplicates() -> None:
 def test_the_rust_core_events_adapter_reports_the_binding_queue_in_wire_form() -> None:
     from radixkv_spec.events import Cleared, Removed, Stored, parse_record
 
-    cache = _peer("sglang_rust_events").factory(1, Host())
+    cache = _cache("sglang_rust_events")
     assert cache.take_events() == []  # its construction's records are not part of a run
     cache.insert((1, 2), None, (10, 11))
     stored = [parse_record(record) for record in cache.take_events()]
@@ -214,7 +171,7 @@ def test_the_rust_core_events_adapter_reports_the_binding_queue_in_wire_form() -
 
 
 def test_sglang_rust_unlock_held_by_child_then_the_correct_unlock_poisons_the_core() -> None:
-    cache = _peer("sglang_rust").factory(1, Host())
+    cache = _cache("sglang_rust")
     parent = cache.insert((0,), None, (0,))[1]
     child = cache.insert((0, 1), None, (0, 1))[1]
     token = cache.lock(child)
@@ -227,7 +184,7 @@ def test_sglang_rust_unlock_held_by_child_then_the_correct_unlock_poisons_the_co
 
 
 def test_sglang_rust_events_negative_token_poisons_the_core() -> None:
-    cache = _peer("sglang_rust_events").factory(1, Host())
+    cache = _cache("sglang_rust_events")
     cache.insert((1, 2), None, (10, 11))
     with pytest.raises(RuntimeError, match="non-negative int64"):
         cache.insert((-1,), None, (12,))  # sglang_rust_events_negative_token_poisons.json
@@ -248,7 +205,7 @@ def test_sglang_rust_events_negative_token_poisons_the_core() -> None:
 def test_sglang_events_bad_insert_stores_the_node_without_block_stored(
     tokens: tuple[int, ...], namespace: Any, error: type[Exception]
 ) -> None:
-    cache = _peer("sglang_events").factory(1, Host())
+    cache = _cache("sglang_events")
     indices = tuple(range(10, 10 + len(tokens)))
     with pytest.raises(error):  # sglang_events_{negative_token,extra_key}_insert.json
         cache.insert(tokens, namespace, indices)

@@ -9,7 +9,6 @@ nothing past the known bug.
 
 from __future__ import annotations
 
-import importlib
 from typing import Any
 
 import pytest
@@ -18,6 +17,8 @@ from radixkv_conformance import run_conformance
 from radixkv_conformance.profile import LRU_LEAVES, Profile
 from radixkv_conformance.replay import replay
 
+from tests.helpers import RecordingHost, peer_adapter
+
 KNOWN_BUG = (  # tests/vectors/sglang_mamba_stateless_insert*.json: one cause, three symptoms
     "AssertionError:bad-new-tokens-without-a-state@mamba.commit_insert_component_data",
     "INV-7:bad-new-tokens-without-a-state-never-given",
@@ -25,44 +26,9 @@ KNOWN_BUG = (  # tests/vectors/sglang_mamba_stateless_insert*.json: one cause, t
 )
 
 
-def _adapter_module() -> Any:
-    try:
-        return importlib.import_module("radixkv_conformance.adapters.sglang_mamba")
-    except ImportError as missing:
-        pytest.skip(f"sglang's UnifiedRadixCache is not importable: {missing}")
-
-
-class _Host:
-    page_size = 1
-    sliding_window = None
-
-    def __init__(self) -> None:
-        self.events: list[tuple[str, Any]] = []
-        self.next_slot = 100
-
-    def __call__(self, indices: tuple[int, ...]) -> None:
-        self.free(indices)
-
-    def free(self, indices: tuple[int, ...]) -> None:
-        self.events.append(("free", tuple(indices)))
-
-    def free_swa(self, indices: tuple[int, ...]) -> None:
-        raise AssertionError("no SWA in Mamba mode")
-
-    def alloc_slot(self) -> int:
-        self.next_slot += 1
-        return self.next_slot
-
-    def free_slot(self, slot: int) -> None:
-        self.events.append(("slot", slot))
-
-    def copy_state(self, src: int, dst: int) -> None:
-        self.events.append(("copy", (src, dst)))
-
-
 def test_a_match_copies_the_state_and_a_state_eviction_takes_the_leaf() -> None:
-    module = _adapter_module()
-    host = _Host()
+    module = peer_adapter("sglang_mamba", "sglang's UnifiedRadixCache")
+    host = RecordingHost(1)
     cache = module.factory(1, host)
     assert cache.insert((1, 2, 3, 4), None, (10, 11, 12, 13), state_slot=7).prefix_len == 0
     matched = cache.match((1, 2, 3, 4, 5), None)
@@ -130,7 +96,7 @@ def _trace(steps: list[dict[str, Any]]) -> dict[str, Any]:
 
 @pytest.mark.parametrize("policy", sorted(HABITS))
 def test_each_policy_is_a_habit_of_sglang(policy: str) -> None:
-    module = _adapter_module()
+    module = peer_adapter("sglang_mamba", "sglang's UnifiedRadixCache")
     profile: Profile = module.PROFILE
     radixkv_choice, steps, finding = HABITS[policy]
     document = {**_trace(steps), "semantics": profile.name}
@@ -143,7 +109,7 @@ def test_each_policy_is_a_habit_of_sglang(policy: str) -> None:
 def test_an_insert_without_a_state_is_outside_its_api_even_for_a_cached_key() -> None:
     """Why the profile says ``mamba_insert_state="required"``: sglang asserts a state on
     every insert (components/mamba.py:235), so the kit asks for none."""
-    module = _adapter_module()
+    module = peer_adapter("sglang_mamba", "sglang's UnifiedRadixCache")
     steps = [_insert([0], [0], 0), _insert([0], [0], None)]
     document = {**_trace(steps), "semantics": module.PROFILE.name}
     result = replay(document, module.factory, module.PROFILE)
@@ -153,7 +119,7 @@ def test_an_insert_without_a_state_is_outside_its_api_even_for_a_cached_key() ->
 def test_a_copy_without_room_is_a_step_sglang_never_takes() -> None:
     """Every state locked and the kit's pool full: sglang's pool, three slots per running
     request, would have room; the adapter says so before the match changes anything."""
-    module = _adapter_module()
+    module = peer_adapter("sglang_mamba", "sglang's UnifiedRadixCache")
     steps = [
         _insert([0], [0], 0),
         _insert([1], [1], 1),
@@ -171,7 +137,7 @@ def test_a_copy_without_room_is_a_step_sglang_never_takes() -> None:
 
 
 def test_a_short_search_finds_nothing_past_the_known_bug() -> None:
-    module = _adapter_module()
+    module = peer_adapter("sglang_mamba", "sglang's UnifiedRadixCache")
     search = settings(
         max_examples=60, stateful_step_count=25, deadline=None, database=None, derandomize=True
     )

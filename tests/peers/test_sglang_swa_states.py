@@ -11,7 +11,6 @@ uuids.
 
 from __future__ import annotations
 
-import importlib
 from typing import Any
 
 import pytest
@@ -19,23 +18,7 @@ from radixkv_conformance.explore.bounds import Bounds
 from radixkv_conformance.explore.sequences import target
 from radixkv_conformance.explore.states import explore_states
 
-
-def _adapter_module() -> Any:
-    try:
-        return importlib.import_module("radixkv_conformance.adapters.sglang_swa")
-    except ImportError as missing:
-        pytest.skip(f"sglang's UnifiedRadixCache is not importable: {missing}")
-
-
-class _Host:
-    page_size = 1
-    sliding_window = 2
-
-    def free(self, indices: tuple[int, ...]) -> None:
-        pass
-
-    def free_swa(self, indices: tuple[int, ...]) -> None:
-        pass
+from tests.helpers import RecordingHost, peer_adapter
 
 
 @pytest.mark.search  # a kit exploration: run once, not again on the pure key path
@@ -43,7 +26,7 @@ def test_merging_is_sound() -> None:
     """Merged and unmerged exploration to the same depth reach the same outcomes (spec state
     with ticks ranked, the cache's canonical picture) and the same findings (keys of two
     tokens: a split, an interior node, a tombstone leaf; about 5 s)."""
-    module = _adapter_module()
+    module = peer_adapter("sglang_swa", "sglang's UnifiedRadixCache")
     bounds = Bounds(tokens=1, length=2, locks=1, depth=2)
 
     def machine() -> Any:
@@ -65,11 +48,11 @@ def _steps(cache: Any) -> tuple[Any, Any]:
 
 
 def test_the_picture_forgets_history_and_names_handles_by_place() -> None:
-    module = _adapter_module()
-    cache = module.factory(1, _Host())
+    module = peer_adapter("sglang_swa", "sglang's UnifiedRadixCache")
+    cache = module.factory(1, RecordingHost(1, 2, slots=False))
     node, token = _steps(cache)
     picture, names = cache.canonical_state([node, token, None])
-    later = module.factory(1, _Host())
+    later = module.factory(1, RecordingHost(1, 2, slots=False))
     later.insert((7, 7), "a", (2000, 2001))  # node ids, stamps and a uuid spent before
     lock = later.lock(later.match((7, 7), "a")[1])
     later.unlock(None, lock)
@@ -82,15 +65,15 @@ def test_the_picture_forgets_history_and_names_handles_by_place() -> None:
 
 
 def test_the_picture_keeps_what_the_future_reads() -> None:
-    module = _adapter_module()
-    cache = module.factory(1, _Host())
+    module = peer_adapter("sglang_swa", "sglang's UnifiedRadixCache")
+    cache = module.factory(1, RecordingHost(1, 2, slots=False))
     node, token = _steps(cache)
     picture, _ = cache.canonical_state([node, token])
-    other = module.factory(1, _Host())
+    other = module.factory(1, RecordingHost(1, 2, slots=False))
     other_node, other_token = _steps(other)
     other.match((1, 2, 3), None)  # the same tree; another leaf the most recent
     assert other.canonical_state([other_node, other_token])[0] != picture
-    unlocked = module.factory(1, _Host())
+    unlocked = module.factory(1, RecordingHost(1, 2, slots=False))
     unlocked_node, unlocked_token = _steps(unlocked)
     unlocked.unlock(unlocked_node, unlocked_token)  # lock counts and the lock's uuid left
     assert unlocked.canonical_state([])[0] != cache.canonical_state([])[0]
@@ -99,10 +82,11 @@ def test_the_picture_keeps_what_the_future_reads() -> None:
 def test_only_the_python_core_has_the_hook() -> None:
     """The Rust core's binding shows neither stamps, LRU order, SWA lock counts nor uuids:
     it is explored without a hook (its memory picture and snapshot)."""
-    module = _adapter_module()
-    assert callable(getattr(module.factory(1, _Host()), "canonical_state", None))
+    module = peer_adapter("sglang_swa", "sglang's UnifiedRadixCache")
+    host = RecordingHost(1, 2, slots=False)
+    assert callable(getattr(module.factory(1, host), "canonical_state", None))
     try:
-        rust = module.factory_rust(1, _Host())
+        rust = module.factory_rust(1, RecordingHost(1, 2, slots=False))
     except ImportError as missing:  # the Rust core's .so did not load
         pytest.skip(f"factory_rust: {missing}")
     assert getattr(rust, "canonical_state", None) is None

@@ -4,29 +4,13 @@ the pool driven directly (``direct=1``: ``tests/vectors/vllm_direct_*.json``).""
 from __future__ import annotations
 
 import functools
-from pathlib import Path
 
 import pytest
 from hypothesis import settings
 from radixkv_conformance import run_conformance
-from radixkv_conformance.adapters import _vllm_import
 from radixkv_conformance.targets import load
 
 from tests.helpers import RecordingHost, peer_adapter
-
-
-def test_without_vllm_src_the_error_says_how_to_get_it(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("VLLM_SRC", raising=False)
-    with pytest.raises(ImportError, match=r"set VLLM_SRC to the vLLM 0\.33 wheel"):
-        _vllm_import.source()
-
-
-def test_a_folder_without_the_block_pool_is_refused(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
-) -> None:
-    monkeypatch.setenv("VLLM_SRC", str(tmp_path))
-    with pytest.raises(ImportError, match=r"no vLLM wheel or folder holding vllm/v1/core"):
-        _vllm_import.source()
 
 
 def test_reset_is_refused_while_a_request_holds_blocks_and_frees_after() -> None:

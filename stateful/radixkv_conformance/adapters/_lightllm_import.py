@@ -23,13 +23,14 @@ radixkv. It imports two modules that are not the cache; each gets a stand-in
 from __future__ import annotations
 
 import importlib
-import os
 import sys
 import types
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from radixkv_conformance.adapters._checkouts import named_checkout, register_shells
 
 ENV = "LIGHTLLM_SRC"
 MODULE = "lightllm.server.router.dynamic_prompt.radix_cache"
@@ -64,24 +65,15 @@ STUBS: dict[str, tuple[str, type]] = {
 
 def checkout() -> Path:
     """The checkout named by ``LIGHTLLM_SRC``; ``ImportError`` saying how to get one."""
-    src = os.environ.get(ENV)
-    if not src:
-        raise ImportError(
-            f"LightLLM's radix cache is read from a checkout: set {ENV} to a clone of "
-            "https://github.com/ModelTC/lightllm (the folder holding lightllm/)"
-        )
-    root = Path(src).expanduser()
-    if not (root / Path(*MODULE.split("."))).with_suffix(".py").is_file():
-        raise ImportError(f"{ENV}={src} holds no {MODULE.replace('.', '/')}.py")
-    return root
+    unset = (
+        f"LightLLM's radix cache is read from a checkout: set {ENV} to a clone of "
+        "https://github.com/ModelTC/lightllm (the folder holding lightllm/)"
+    )
+    return named_checkout(ENV, unset, Path(*MODULE.split(".")).with_suffix(".py"))
 
 
 def _register(root: Path) -> None:
-    for package in _PACKAGES:
-        if package not in sys.modules:
-            shell = types.ModuleType(package)
-            shell.__path__ = [str(root.joinpath(*package.split(".")))]
-            sys.modules[package] = shell
+    register_shells(root, _PACKAGES)
     for name, (attr, stand_in) in STUBS.items():
         if name not in sys.modules:
             stub = types.ModuleType(name, "radixkv's stand-in (see _lightllm_import)")

@@ -15,12 +15,13 @@ from MAX is copied into radixkv.
 from __future__ import annotations
 
 import importlib
-import os
 import sys
 import types
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from radixkv_conformance.adapters._checkouts import named_checkout, register_shells
 
 ENV = "MAX_SRC"
 _PACKAGES = ("max", "max.pipelines", "max.pipelines.kv_cache")
@@ -29,18 +30,12 @@ _TRIE = Path("max", "pipelines", "kv_cache", "radix_trie.py")
 
 def checkout() -> Path:
     """The folder holding ``max/`` named by ``MAX_SRC``; ``ImportError`` saying how to get one."""
-    src = os.environ.get(ENV)
-    if not src:
-        raise ImportError(
-            f"MAX's RadixTrie is in no installable package: set {ENV} to a checkout of a "
-            "public modular mirror that keeps it, e.g. https://github.com/swi/modular at "
-            "b2c688496 (its src/ folder, holding max/pipelines/kv_cache/radix_trie.py)"
-        )
-    root = Path(src).expanduser()
-    for folder in (root, root / "src"):
-        if (folder / _TRIE).is_file():
-            return folder
-    raise ImportError(f"{ENV}={src} holds no {_TRIE.as_posix()} (nor src/{_TRIE.as_posix()})")
+    unset = (
+        f"MAX's RadixTrie is in no installable package: set {ENV} to a checkout of a "
+        "public modular mirror that keeps it, e.g. https://github.com/swi/modular at "
+        "b2c688496 (its src/ folder, holding max/pipelines/kv_cache/radix_trie.py)"
+    )
+    return named_checkout(ENV, unset, _TRIE, below=("src",))
 
 
 def _traced(func: Any = None, **_: Any) -> Any:
@@ -61,11 +56,7 @@ def import_module(name: str) -> Any:
         importlib.import_module("numpy")
     except ImportError as missing:
         raise ImportError(f"MAX's RadixTrie needs numpy (pip install numpy): {missing}") from None
-    for package in _PACKAGES:
-        if package not in sys.modules:
-            shell = types.ModuleType(package)
-            shell.__path__ = [str(root.joinpath(*package.split(".")))]
-            sys.modules[package] = shell
+    register_shells(root, _PACKAGES)
     if "max.profiler" not in sys.modules:
         profiler = types.ModuleType("max.profiler")
         profiler.traced = _traced  # type: ignore[attr-defined]  # the one name the trie imports

@@ -11,11 +11,11 @@ checkout with ``PYMLLM_SRC`` (the repository root, holding ``pymllm/``).
 from __future__ import annotations
 
 import importlib
-import os
 import sys
-import types
 from pathlib import Path
 from typing import Any
+
+from radixkv_conformance.adapters._checkouts import named_checkout, register_shells
 
 ENV = "PYMLLM_SRC"
 _PACKAGES = ("pymllm", "pymllm.mem_cache")
@@ -23,16 +23,11 @@ _PACKAGES = ("pymllm", "pymllm.mem_cache")
 
 def checkout() -> Path:
     """The checkout named by ``PYMLLM_SRC``; ``ImportError`` saying how to get one."""
-    src = os.environ.get(ENV)
-    if not src:
-        raise ImportError(
-            f"pymllm is not installable from the package index: set {ENV} to a checkout of "
-            "https://github.com/UbiquitousLearning/mllm (the folder holding pymllm/)"
-        )
-    root = Path(src).expanduser()
-    if not (root / "pymllm" / "mem_cache" / "radix_cache.py").is_file():
-        raise ImportError(f"{ENV}={src} holds no pymllm/mem_cache/radix_cache.py")
-    return root
+    unset = (
+        f"pymllm is not installable from the package index: set {ENV} to a checkout of "
+        "https://github.com/UbiquitousLearning/mllm (the folder holding pymllm/)"
+    )
+    return named_checkout(ENV, unset, Path("pymllm", "mem_cache", "radix_cache.py"))
 
 
 def import_module(name: str) -> Any:
@@ -40,10 +35,5 @@ def import_module(name: str) -> Any:
     full = f"pymllm.mem_cache.{name}"
     if full in sys.modules:
         return sys.modules[full]
-    root = checkout()
-    for package in _PACKAGES:
-        if package not in sys.modules:
-            shell = types.ModuleType(package)
-            shell.__path__ = [str(root.joinpath(*package.split(".")))]
-            sys.modules[package] = shell
+    register_shells(checkout(), _PACKAGES)
     return importlib.import_module(full)

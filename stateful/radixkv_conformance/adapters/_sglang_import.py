@@ -17,6 +17,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from radixkv_conformance.adapters._checkouts import register_shells
+
 INSTALL_HINT = "pip install --no-deps sglang==0.5.23"
 
 
@@ -56,12 +58,7 @@ def import_module(name: str, shells: Iterable[str], stubs: Iterable[str]) -> Any
     """
     if name in sys.modules:
         return sys.modules[name]
-    root = sglang_root()
-    for package in shells:
-        if package not in sys.modules:
-            shell = types.ModuleType(package)
-            shell.__path__ = [str(root.joinpath(*package.split(".")))]
-            sys.modules[package] = shell
+    register_shells(sglang_root(), shells)
     for module in stubs:
         sys.modules.setdefault(module, Stub(module))
     return importlib.import_module(name)

@@ -34,11 +34,13 @@ import math
 import os
 import sys
 from array import array
+from pathlib import Path
 from types import ModuleType, SimpleNamespace
 from typing import Any
 
 import torch
 
+from radixkv_conformance.adapters._checkouts import register_shells
 from radixkv_conformance.adapters._sglang_import import Stub, sglang_root
 from radixkv_conformance.protocol import Host, Namespace, Sizes, Tokens
 
@@ -108,14 +110,10 @@ def _answer_runtime_context(context: ModuleType) -> None:
         vars(context)["mamba_checkpoint_grid"] = lambda page: math.lcm(MAMBA_CHUNK, page)
 
 
-def _register(root: Any) -> None:
+def _register(root: Path) -> None:
     """Shells, stubs and the stand-ins' values into ``sys.modules``; real modules freed of
     another adapter's stubs."""
-    for name in SHELLS:
-        if name not in sys.modules:
-            shell = ModuleType(name)
-            shell.__path__ = [str(root.joinpath(*name.split(".")))]
-            sys.modules[name] = shell
+    register_shells(root, SHELLS)
     for name in REAL:
         if isinstance(sys.modules.get(name), Stub):
             del sys.modules[name]

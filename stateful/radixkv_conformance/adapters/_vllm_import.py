@@ -21,6 +21,8 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
+from radixkv_conformance.adapters._checkouts import register_shells
+
 ENV = "VLLM_SRC"
 _BARE = ("vllm", "vllm.distributed", "vllm.multimodal")
 _POOL = "vllm/v1/core/block_pool.py"
@@ -90,11 +92,7 @@ def import_module(name: str) -> Any:
             raise ImportError(
                 f"vLLM's block pool needs torch, msgspec and pyzmq: {missing}"
             ) from None
-    for package in _BARE:
-        if package not in sys.modules:
-            shell = types.ModuleType(package)
-            shell.__path__ = [os.path.join(root, *package.split("."))]
-            sys.modules[package] = shell
+    register_shells(root, _BARE)
     sys.modules.setdefault("regex", re)
     for stub, (_why, names) in STUBS.items():
         if stub not in sys.modules:

@@ -39,16 +39,11 @@ from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterable
 from typing import Any
 
-from radixkv_conformance.profile import RADIXKV
+from radixkv_conformance.profile import VLLM_HABITS
 from radixkv_conformance.protocol import Host, Indices, Inserted, NoRoom, Sizes
 
-PROFILE = RADIXKV.but(
+PROFILE = VLLM_HABITS.but(
     name="block-pool",
-    refresh_on=frozenset({"insert", "unlock"}),
-    reset_while_held="refused",
-    allocation="cache",
-    page_hashes="opaque",
-    namespaces=(None, "a"),
     notes=(
         "a vLLM-v1-shaped block pool: a lookup never refreshes recency, a release queues a "
         "request's blocks at the free queue's tail (last block first), the pool allocates its "

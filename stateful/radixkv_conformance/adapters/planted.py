@@ -25,7 +25,7 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import Any
 
-from radixkv_conformance.profile import RADIXKV
+from radixkv_conformance.profile import RADIXKV, VLLM_HABITS
 from radixkv_conformance.protocol import Host, Indices, Inserted, Sizes
 
 PROFILE = RADIXKV
@@ -55,13 +55,8 @@ SHAPES = {
     "max": Shape(refresh_on_unlock=True, flat_evictions=True),
 }
 PROFILES = {
-    "vllm_shaped": RADIXKV.but(
+    "vllm_shaped": VLLM_HABITS.but(
         name="planted-vllm",
-        refresh_on=frozenset({"insert", "unlock"}),
-        reset_while_held="refused",
-        allocation="cache",
-        page_hashes="opaque",
-        namespaces=(None, "a"),
         notes=(
             "vLLM's habits: no refresh on lookup, reset refused while held, own hashes, its "
             "own block pool (an insert evicts to make room)."

@@ -51,7 +51,7 @@ from collections.abc import Hashable
 from typing import Any
 
 from radixkv_conformance.adapters._vllm_import import import_module
-from radixkv_conformance.profile import RADIXKV
+from radixkv_conformance.profile import VLLM_HABITS
 from radixkv_conformance.protocol import Host, Indices, Inserted, NotAdmitted, Sizes
 
 _POOL = import_module("block_pool")  # ImportError saying how to get vLLM when VLLM_SRC is unset
@@ -61,15 +61,10 @@ _INTERFACE = importlib.import_module("vllm.v1.kv_cache_interface")
 _HASHING = importlib.import_module("vllm.utils.hashing")
 _MSGPACK = importlib.import_module("msgspec.msgpack")  # the events' wire form
 
-PROFILE = RADIXKV.but(
+PROFILE = VLLM_HABITS.but(
     name="vllm",
-    refresh_on=frozenset({"insert", "unlock"}),
-    reset_while_held="refused",
-    allocation="cache",
-    page_hashes="opaque",
     event_hashes="opaque",
     event_layout="vllm",
-    namespaces=(None, "a"),
     notes=(
         "vLLM 0.33 BlockPool + FullAttentionManager: a lookup never refreshes recency, a "
         "release puts blocks at the free queue's tail (tail block first), the pool allocates "
