@@ -8,16 +8,18 @@ from typing import Any
 import torch
 
 import radixkv
+from radixkv_conformance.adapters._ref_counted import RefCountedCalls
 from radixkv_conformance.profile import CHUNK_CACHE
-from radixkv_conformance.protocol import Host, Sizes
+from radixkv_conformance.protocol import Host
 from radixkv_conformance.protocol import TokenPlace as Slot
 
 PROFILE = CHUNK_CACHE
 
 
-class ChunkCacheAdapter:
+class ChunkCacheAdapter(RefCountedCalls):
     usage_errors: tuple[type[BaseException], ...] = (radixkv.UsageError,)
     capabilities = frozenset({"namespaces", "reset", "bad_input"})
+    cache: radixkv.ChunkCache
 
     def __init__(self, page_size: int, host: Host) -> None:
         assert page_size == 1, "ChunkCache has no page size"
@@ -35,21 +37,8 @@ class ChunkCacheAdapter:
         result = self.cache.insert(radixkv.RadixKey(list(tokens), namespace), value)
         return result.prefix_len, result.last_node
 
-    def lock(self, handle: Any) -> Any:
-        return self.cache.inc_lock_ref(handle)
-
-    def unlock(self, handle: Any, token: Any) -> None:
-        self.cache.dec_lock_ref(handle)
-
     def evict(self, num_tokens: Any) -> int:
         return self.cache.evict(num_tokens).full_evicted
-
-    def reset(self) -> None:
-        self.cache.reset()
-
-    def sizes(self) -> Sizes:
-        c = self.cache
-        return Sizes(c.evictable_size(), c.protected_size(), c.total_size())
 
     def contents(self) -> dict[Slot, int]:
         return {}

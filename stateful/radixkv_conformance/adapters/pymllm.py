@@ -26,8 +26,9 @@ from typing import Any
 import torch
 
 from radixkv_conformance.adapters._pymllm_import import import_module
+from radixkv_conformance.adapters._ref_counted import RefCountedCalls
 from radixkv_conformance.profile import LRU_SPLIT_REFRESHES_BOTH, Profile
-from radixkv_conformance.protocol import Host, Indices, Namespace, Sizes, TokenPlace, Tokens
+from radixkv_conformance.protocol import Host, Indices, Namespace, TokenPlace, Tokens
 
 base = import_module("base_prefix_cache")
 radix_cache = import_module("radix_cache")
@@ -60,7 +61,7 @@ class HostPool:
         self.host.free_swa(tuple(int(i) for i in indices.tolist()))
 
 
-class PymllmTreeAdapter:
+class PymllmTreeAdapter(RefCountedCalls):
     """What the adapters of pymllm's caches share: keys, the walk over live nodes, sizes,
     reset and the evicted ids (``cache`` is the pymllm cache, ``evicted_ids`` its
     ``on_node_evict`` list)."""
@@ -84,13 +85,6 @@ class PymllmTreeAdapter:
                 child_path = path + tuple(child.key.token_ids)
                 yield child, child_path
                 stack.append((child, child_path))
-
-    def reset(self) -> None:
-        self.cache.reset()
-
-    def sizes(self) -> Sizes:
-        c = self.cache
-        return Sizes(c.evictable_size(), c.protected_size(), c.total_size())
 
     def evicted_node_ids(self) -> list[Hashable]:
         return list(self.evicted_ids)
@@ -128,9 +122,6 @@ class PymllmRadixCacheAdapter(PymllmTreeAdapter):
         value = torch.tensor(indices, dtype=torch.int64)
         result = self.cache.insert(self._key(tokens, namespace), value)
         return int(result.prefix_len), result.last_node
-
-    def lock(self, handle: Any) -> Any:
-        return self.cache.inc_lock_ref(handle)
 
     def unlock(self, handle: Any, token: Any) -> None:
         self.cache.dec_lock_ref(handle, token)

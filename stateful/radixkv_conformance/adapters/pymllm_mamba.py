@@ -17,7 +17,6 @@ node (pymllm keeps one tensor per node); a node whose ``mamba_value`` is an empt
 from __future__ import annotations
 
 from collections.abc import Hashable, Mapping
-from typing import Any
 
 import torch
 
@@ -97,12 +96,6 @@ class PymllmMambaAdapter(PymllmTreeAdapter):
         state = None if state_slot is None else torch.tensor([state_slot], dtype=torch.int64)
         result = self.cache.insert(self._key(tokens, namespace), value, mamba_value=state)
         return Inserted(int(result.prefix_len), result.last_node, bool(result.mamba_exist))
-
-    def lock(self, handle: Any) -> Any:
-        return self.cache.inc_lock_ref(handle)
-
-    def unlock(self, handle: Any, token: Any) -> None:
-        self.cache.dec_lock_ref(handle)
 
     def evict(self, num_tokens: int, *, mamba_slots: int = 0) -> Evicted:
         result = self.cache.evict(num_tokens, mamba_slots)

@@ -26,6 +26,7 @@ from radixkv_conformance.adapters._radixkv_tree import (
     paths_below,
     ranks,
 )
+from radixkv_conformance.adapters._ref_counted import RefCountedCalls
 from radixkv_conformance.profile import RADIXKV, RADIXKV_MAMBA, RADIXKV_POLICIES, RADIXKV_SWA
 from radixkv_conformance.protocol import (
     Evicted,
@@ -33,7 +34,6 @@ from radixkv_conformance.protocol import (
     Inserted,
     Matched,
     PagePlace,
-    Sizes,
     TokenPlace,
 )
 
@@ -127,7 +127,7 @@ class EventStreams:
         return [to_wire(event) for event in self.published.take()]
 
 
-class _OwnCacheAdapter(EventStreams):
+class _OwnCacheAdapter(EventStreams, RefCountedCalls):
     """What the adapters of radixkv's own caches share: the kit's view of evictions, the
     caller's buffers, the cache's own invariant check and events."""
 
@@ -234,21 +234,11 @@ class RadixCacheAdapter(_OwnCacheAdapter):
         result = self.cache.insert(key, self.buffers.value(indices, self.device))
         return Inserted(result.prefix_len, result.last_node)
 
-    def lock(self, handle: Any) -> Any:
-        return self.cache.inc_lock_ref(handle)
-
     def unlock(self, handle: Any, token: Any) -> None:
         self.cache.dec_lock_ref(handle, token)
 
     def evict(self, num_tokens: Any) -> Evicted:
         return Evicted(self.cache.evict(num_tokens).full_evicted)
-
-    def reset(self) -> None:
-        self.cache.reset()
-
-    def sizes(self) -> Sizes:
-        c = self.cache
-        return Sizes(c.evictable_size(), c.protected_size(), c.total_size())
 
     def contents(self) -> dict[TokenPlace, int]:
         out: dict[TokenPlace, int] = {}
@@ -405,22 +395,9 @@ class MambaAdapter(_OwnCacheAdapter):
         r = self.cache.insert(key, value, mamba_value=state_slot)
         return Inserted(r.prefix_len, r.last_node, r.mamba_exist)
 
-    def lock(self, handle: Any) -> Any:
-        return self.cache.inc_lock_ref(handle)
-
-    def unlock(self, handle: Any, token: Any) -> None:
-        self.cache.dec_lock_ref(handle)
-
     def evict(self, num_tokens: Any, *, mamba_slots: Any = 0) -> Evicted:
         r = self.cache.evict(num_tokens, mamba_slots)
         return Evicted(r.full_evicted, 0, r.mamba_evicted)
-
-    def reset(self) -> None:
-        self.cache.reset()
-
-    def sizes(self) -> Sizes:
-        c = self.cache
-        return Sizes(c.evictable_size(), c.protected_size(), c.total_size())
 
     def mamba_sizes(self) -> tuple[int, int]:
         return self.cache.mamba_evictable_size(), self.cache.mamba_protected_size()

@@ -18,9 +18,10 @@ from typing import Any
 
 import torch
 
+from radixkv_conformance.adapters._ref_counted import RefCountedCalls
 from radixkv_conformance.adapters._sglang_import import import_module
 from radixkv_conformance.profile import SGLANG
-from radixkv_conformance.protocol import Host, Sizes
+from radixkv_conformance.protocol import Host
 from radixkv_conformance.protocol import TokenPlace as Slot
 
 NOTES = (
@@ -69,7 +70,7 @@ class _HostAllocator:
         self.free(indices[start_pos:])
 
 
-class SglangRadixCacheAdapter:
+class SglangRadixCacheAdapter(RefCountedCalls):
     """Token tuples become ``array('q')`` keys, indices int64 tensors, as sglang's callers do."""
 
     capabilities = frozenset({"namespaces", "reset", "bad_input", "unlock_checks"})
@@ -103,22 +104,9 @@ class SglangRadixCacheAdapter:
         result = self.cache.insert(params)
         return result.prefix_len, result.last_device_node
 
-    def lock(self, handle: Any) -> Any:
-        return self.cache.inc_lock_ref(handle)
-
-    def unlock(self, handle: Any, token: Any) -> None:
-        self.cache.dec_lock_ref(handle)
-
     def evict(self, num_tokens: Any) -> int:
         result = self.cache.evict(base.EvictParams(num_tokens=num_tokens))
         return int(result.num_tokens_evicted)
-
-    def reset(self) -> None:
-        self.cache.reset()
-
-    def sizes(self) -> Sizes:
-        c = self.cache
-        return Sizes(c.evictable_size(), c.protected_size(), c.total_size())
 
     def contents(self) -> dict[Slot, int]:
         out: dict[Slot, int] = {}
