@@ -22,6 +22,8 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from radixkv_conformance.cli import seconds
+
 from mutation import kit
 from mutation.copies import BASELINE, ROOT, apply, environment
 from mutation.mutants import MUTANTS, Mutant
@@ -46,17 +48,6 @@ def run(mutant: Mutant, suite: list[str] | None = None) -> tuple[Mutant, bool, f
             time.perf_counter() - started,
             lines[-1] if lines else "",
         )
-
-
-def positive(text: str) -> float:
-    """A number of seconds above zero (argparse's type for --budget and --timeout)."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"expected seconds above zero, got {text}")
-    return value
 
 
 def count(text: str) -> int:
@@ -90,7 +81,7 @@ def parser() -> argparse.ArgumentParser:
     )
     kit_mode.add_argument(
         "--budget",
-        type=positive,
+        type=seconds,
         default=kit.BUDGET,
         help="`radixkv check --budget` of each run (default %(default)g)",
     )
@@ -109,7 +100,7 @@ def parser() -> argparse.ArgumentParser:
     )
     kit_mode.add_argument(
         "--timeout",
-        type=positive,
+        type=seconds,
         default=kit.TIMEOUT,
         help="seconds after which a run is an error (default %(default)g)",
     )

@@ -11,6 +11,7 @@ from typing import Any, NamedTuple, TypeVar
 
 import pytest
 import torch
+from hypothesis import Phase, settings
 
 from radixkv import (
     InsertResult,
@@ -281,29 +282,32 @@ class HybridPool:
         return out
 
     def free(self, indices: torch.Tensor) -> None:
-        batch = ids(indices)
-        if len(set(batch)) != len(batch):
-            raise SwaFreeError(f"free: an index repeats in one call: {batch}")
-        if bad := [i for i in batch if not self.full.get(i, False)]:
-            raise SwaFreeError(f"free: full KV not allocated (double free?): {bad}")
-        if bad := sorted(set(batch) & self._locked(swa=False)):
-            raise SwaFreeError(f"free: a locked node still uses {bad}")
+        batch = self._freeable("free", indices, swa=False)
         for i in batch:
             self.full[i] = False
             self.swa[i] = False
         self.free_calls.append(batch)
 
     def free_swa(self, indices: torch.Tensor) -> None:
-        batch = ids(indices)
-        if len(set(batch)) != len(batch):
-            raise SwaFreeError(f"free_swa: an index repeats in one call: {batch}")
-        if bad := [i for i in batch if not self.swa.get(i, False)]:
-            raise SwaFreeError(f"free_swa: SWA KV not held (double free?): {bad}")
-        if bad := sorted(set(batch) & self._locked(swa=True)):
-            raise SwaFreeError(f"free_swa: an SWA-locked node still uses {bad}")
+        batch = self._freeable("free_swa", indices, swa=True)
         for i in batch:
             self.swa[i] = False
         self.free_swa_calls.append(batch)
+
+    def _freeable(self, call: str, indices: torch.Tensor, *, swa: bool) -> list[int]:
+        """The indices one ``call`` frees; ``SwaFreeError`` if one repeats, is not held (the
+        SWA KV with ``swa``, else the full KV) or a node locked that way still uses it."""
+        batch = ids(indices)
+        if len(set(batch)) != len(batch):
+            raise SwaFreeError(f"{call}: an index repeats in one call: {batch}")
+        held, lacking = (
+            (self.swa, "SWA KV not held") if swa else (self.full, "full KV not allocated")
+        )
+        if bad := [i for i in batch if not held.get(i, False)]:
+            raise SwaFreeError(f"{call}: {lacking} (double free?): {bad}")
+        if bad := sorted(set(batch) & self._locked(swa=swa)):
+            raise SwaFreeError(f"{call}: a{'n SWA-' if swa else ' '}locked node still uses {bad}")
+        return batch
 
     def caller_free(self, indices: torch.Tensor) -> None:
         """The caller (not the cache) frees indices it kept; not recorded as a cache free."""
@@ -400,6 +404,14 @@ def refused_unchanged(
     with pytest.raises(error, match=match):
         yield
     assert swa_snapshot(cache) == before
+
+
+SWA_PAGES = pytest.mark.parametrize("page", [1, 4])
+"""A test of the SWA mode at each page size it runs at."""
+SWA_SHAPES = pytest.mark.parametrize(
+    ("page", "window"), [(page, window) for page in (1, 4) for window in (1, 2, 4, 8)]
+)
+"""A test of the SWA mode at each page size and window it runs at."""
 
 
 @dataclass
@@ -534,6 +546,21 @@ def play_five_leaves(
     insert(d, 0)
     insert(e, -1)
     match(b)
+
+
+def fixed_search(max_examples: int, steps: int, *, shrink: bool = True) -> settings:
+    """A kit test's search: ``max_examples`` runs of up to ``steps`` steps, the same draws
+    every time, no deadline and no example database; the loaded profile's phases. Without
+    ``shrink``, a finding is kept as drawn: the test asks whether a bug is found, not for its
+    shortest trace."""
+    drawn = settings(
+        max_examples=max_examples,
+        stateful_step_count=steps,
+        deadline=None,
+        database=None,
+        derandomize=True,
+    )
+    return drawn if shrink else settings(drawn, phases=[Phase.explicit, Phase.generate])
 
 
 def peer_adapter(module: str, engine: str) -> ModuleType:

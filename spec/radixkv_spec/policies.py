@@ -54,7 +54,22 @@ class LruLeaves:
 
 
 @dataclass(frozen=True)
-class LruSplitRefreshesBoth:
+class _WidenedLru:
+    """LRU over recencies the model widened where a refresh it cannot pin down may have
+    stamped a page: a victim is admitted if it is least recent under *some* choice of ticks
+    within each leaf's (old tick, new tick) bounds."""
+
+    name: str = "lru-widened"
+    refreshes_split_remainder: bool = False
+    refreshes_node_on_insert: bool = False
+
+    def admissible(self, victim: LeafFacts, candidates: Sequence[LeafFacts]) -> bool:
+        """pre: victim in candidates"""
+        return victim[0] <= min(c[1] for c in candidates)
+
+
+@dataclass(frozen=True)
+class LruSplitRefreshesBoth(_WidenedLru):
     """LRU, where a match or insert that splits a node also refreshes the lower half.
 
     sglang's Python and Rust trees stamp both halves of a split. The model does not know
@@ -65,15 +80,10 @@ class LruSplitRefreshesBoth:
 
     name: str = "lru-split-refreshes-both"
     refreshes_split_remainder: bool = True
-    refreshes_node_on_insert: bool = False
-
-    def admissible(self, victim: LeafFacts, candidates: Sequence[LeafFacts]) -> bool:
-        """pre: victim in candidates"""
-        return victim[0] <= min(c[1] for c in candidates)
 
 
 @dataclass(frozen=True)
-class LruInsertRefreshesNode:
+class LruInsertRefreshesNode(_WidenedLru):
     """LRU, where an insert whose key ends inside a cached node stamps the whole node.
 
     LightLLM's RadixCache does not split a node for an insert that ends inside it: it
@@ -86,12 +96,7 @@ class LruInsertRefreshesNode:
     """
 
     name: str = "lru-insert-refreshes-node"
-    refreshes_split_remainder: bool = False
     refreshes_node_on_insert: bool = True
-
-    def admissible(self, victim: LeafFacts, candidates: Sequence[LeafFacts]) -> bool:
-        """pre: victim in candidates"""
-        return victim[0] <= min(c[1] for c in candidates)
 
 
 @dataclass(frozen=True)

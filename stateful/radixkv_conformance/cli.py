@@ -176,102 +176,10 @@ def _parser() -> argparse.ArgumentParser:
     )
     commands = parser.add_subparsers(dest="command", required=True)
     check = commands.add_parser("check", help="model-check a prefix cache against the spec")
-    check.add_argument("target", nargs="?", help="MODULE:FACTORY (default: radixkv's caches)")
-    check.add_argument("--debug", action="store_true", help="a usage error with its traceback")
-    check.add_argument("--profile", help="an engine's built-in profile, or MODULE:ATTR")
-    check.add_argument("--hypothesis-profile", choices=SETTINGS_PROFILES, default=None)
-    check.add_argument("--thorough", action="store_true", help="= --hypothesis-profile thorough")
-    check.add_argument("--replay", type=Path, help="replay a JSON trace instead of searching")
-    check.add_argument(
-        "--minimize",
-        type=Path,
-        metavar="OUT",
-        help="with --replay: write the trace cut to the steps its finding needs to OUT",
-    )
-    check.add_argument(
-        "--exhaustive", type=int, metavar="N", help="run every sequence up to N steps instead"
-    )
-    check.add_argument(
-        "--states",
-        metavar="BOUNDS",
-        help="explore every reachable state within BOUNDS (ci, large, or KEY=VALUE,...)",
-    )
-    check.add_argument(
-        "--known",
-        action="append",
-        default=[],
-        metavar="ID|TRACE.json",
-        help="acknowledge a finding (e.g. INV-14:unmatched-unlock): record hits, go on past "
-        "it; a trace acknowledges its cause only: another cause of the same id is reported",
-    )
-    check.add_argument(
-        "--option",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="a keyword for the factory, as a string: factory(page_size, host, KEY=VALUE)",
-    )
-    check.add_argument(
-        "--traces",
-        type=Path,
-        default=Path("conformance-traces"),
-        help="where findings go (default: %(default)s)",
-    )
-    check.add_argument(
-        "--max-failures",
-        type=_positive_int,
-        default=32,
-        help="distinct findings to collect (default 32)",
-    )
-    check.add_argument(
-        "--budget",
-        type=_positive_float,
-        default=None,
-        metavar="SECONDS",
-        help=f"seconds of exploration and search per cache (default {BUDGET:g} for a "
-        f"MODULE:FACTORY, {OWN_BUDGET:g} for each of radixkv's caches)",
-    )
-    check.add_argument(
-        "--database",
-        metavar="WHERE",
-        help="first replay the examples a fuzz run stored here (a directory, or "
-        "redis://HOST:PORT): radixkv_conformance.fuzz_test",
-    )
-    check.add_argument(
-        "--jobs",
-        type=_positive_int,
-        default=min(os.cpu_count() or 1, JOBS_CAP),
-        metavar="N",
-        help="check up to N caches at once, one process each (default: the machine's cores, "
-        f"at most {JOBS_CAP}: %(default)s here); each cache's verdict is the same for every N",
-    )
-    check.add_argument(
-        "--explore",
-        default="tree",
-        metavar="BOUNDS",
-        help="before the search, every state within these bounds breadth first, for a quarter "
-        "of the budget (default %(default)s: keys of two pages, two namespaces, one lock; "
-        "BOUNDS as --states takes them; none: no exploration)",
-    )
-    check.add_argument(
-        "--seed",
-        type=int,
-        default=None,
-        help="draw the first search from this seed (default: the settings profile's draw)",
-    )
-    check.add_argument(
-        "--incomplete-ok",
-        action="store_true",
-        help="exit 0, not 3, when every invariant held but situations were never reached "
-        "(the report still lists them)",
-    )
-    check.add_argument(
-        "--uncovered-ok",
-        action="append",
-        default=[],
-        metavar="SITUATION",
-        help="a declared situation the run may leave unreached and still pass",
-    )
+    _what_to_check(check.add_argument_group("what is checked"))
+    _how_long(check.add_argument_group("how long and how wide"))
+    _instead_of_the_search(check.add_argument_group("instead of the search, or before it"))
+    _the_verdict(check.add_argument_group("the verdict"))
     try:
         from radixkv.driver import drive
     except ImportError:  # radixkv's caches need torch; the kit and `radixkv check` do not
@@ -280,6 +188,114 @@ def _parser() -> argparse.ArgumentParser:
     drive.register_cache("sglang", drive.sglang_factory(_sglang_adapter))
     drive.add_parser(commands)
     return parser
+
+
+def _what_to_check(group: argparse._ArgumentGroup) -> None:
+    group.add_argument("target", nargs="?", help="MODULE:FACTORY (default: radixkv's caches)")
+    group.add_argument("--profile", help="an engine's built-in profile, or MODULE:ATTR")
+    group.add_argument(
+        "--option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a keyword for the factory, as a string: factory(page_size, host, KEY=VALUE)",
+    )
+    group.add_argument(
+        "--known",
+        action="append",
+        default=[],
+        metavar="ID|TRACE.json",
+        help="acknowledge a finding (e.g. INV-14:unmatched-unlock): record hits, go on past "
+        "it; a trace acknowledges its cause only: another cause of the same id is reported",
+    )
+
+
+def _how_long(group: argparse._ArgumentGroup) -> None:
+    group.add_argument(
+        "--budget",
+        type=seconds,
+        default=None,
+        metavar="SECONDS",
+        help=f"seconds of exploration and search per cache (default {BUDGET:g} for a "
+        f"MODULE:FACTORY, {OWN_BUDGET:g} for each of radixkv's caches)",
+    )
+    group.add_argument("--hypothesis-profile", choices=SETTINGS_PROFILES, default=None)
+    group.add_argument("--thorough", action="store_true", help="= --hypothesis-profile thorough")
+    group.add_argument(
+        "--seed",
+        type=int,
+        default=None,
+        help="draw the first search from this seed (default: the settings profile's draw)",
+    )
+    group.add_argument(
+        "--jobs",
+        type=_positive_int,
+        default=min(os.cpu_count() or 1, JOBS_CAP),
+        metavar="N",
+        help="check up to N caches at once, one process each (default: the machine's cores, "
+        f"at most {JOBS_CAP}: %(default)s here); each cache's verdict is the same for every N",
+    )
+    group.add_argument(
+        "--max-failures",
+        type=_positive_int,
+        default=32,
+        help="distinct findings to collect (default 32)",
+    )
+
+
+def _instead_of_the_search(group: argparse._ArgumentGroup) -> None:
+    group.add_argument("--replay", type=Path, help="replay a JSON trace instead of searching")
+    group.add_argument(
+        "--minimize",
+        type=Path,
+        metavar="OUT",
+        help="with --replay: write the trace cut to the steps its finding needs to OUT",
+    )
+    group.add_argument(
+        "--exhaustive", type=int, metavar="N", help="run every sequence up to N steps instead"
+    )
+    group.add_argument(
+        "--states",
+        metavar="BOUNDS",
+        help="explore every reachable state within BOUNDS (ci, large, or KEY=VALUE,...)",
+    )
+    group.add_argument(
+        "--explore",
+        default="tree",
+        metavar="BOUNDS",
+        help="before the search, every state within these bounds breadth first, for a quarter "
+        "of the budget (default %(default)s: keys of two pages, two namespaces, one lock; "
+        "BOUNDS as --states takes them; none: no exploration)",
+    )
+    group.add_argument(
+        "--database",
+        metavar="WHERE",
+        help="first replay the examples a fuzz run stored here (a directory, or "
+        "redis://HOST:PORT): radixkv_conformance.fuzz_test",
+    )
+
+
+def _the_verdict(group: argparse._ArgumentGroup) -> None:
+    group.add_argument(
+        "--traces",
+        type=Path,
+        default=Path("conformance-traces"),
+        help="where findings go (default: %(default)s)",
+    )
+    group.add_argument(
+        "--incomplete-ok",
+        action="store_true",
+        help="exit 0, not 3, when every invariant held but situations were never reached "
+        "(the report still lists them)",
+    )
+    group.add_argument(
+        "--uncovered-ok",
+        action="append",
+        default=[],
+        metavar="SITUATION",
+        help="a declared situation the run may leave unreached and still pass",
+    )
+    group.add_argument("--debug", action="store_true", help="a usage error with its traceback")
 
 
 def _sglang_adapter() -> Any:
@@ -294,13 +310,14 @@ def _positive_int(text: str) -> int:
     return value
 
 
-def _positive_float(text: str) -> float:
+def seconds(text: str) -> float:
+    """A number of seconds above zero (argparse's type for a budget or a timeout)."""
     try:
         value = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected seconds above 0, got {text!r}") from None
+        raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
     if not value > 0:
-        raise argparse.ArgumentTypeError(f"expected seconds above 0, got {text}")
+        raise argparse.ArgumentTypeError(f"expected seconds above zero, got {text}")
     return value
 
 

@@ -14,6 +14,8 @@ import torch
 
 from radixkv import RadixKey, UsageError
 from tests.helpers import (
+    SWA_PAGES,
+    SWA_SHAPES,
     SwaHarness,
     assert_swa_sizes,
     held,
@@ -24,8 +26,6 @@ from tests.helpers import (
     tombstoned,
 )
 
-PAGES = [1, 4]
-WINDOWS = [1, 2, 4, 8]
 BASE = 1000
 
 
@@ -58,8 +58,7 @@ def insert_over_tombstone(
     return value, h.pool.freed[mark:]
 
 
-@pytest.mark.parametrize("page", PAGES)
-@pytest.mark.parametrize("window", WINDOWS)
+@SWA_SHAPES
 @pytest.mark.parametrize("swa_evicted_pages", [0, 2])
 def test_tombstone_case_swa_evicted_before_the_node_revives_it(
     page: int, window: int, swa_evicted_pages: int
@@ -80,8 +79,7 @@ def test_tombstone_case_swa_evicted_before_the_node_revives_it(
     h.check()
 
 
-@pytest.mark.parametrize("page", PAGES)
-@pytest.mark.parametrize("window", WINDOWS)
+@SWA_SHAPES
 @pytest.mark.parametrize("inside_pages", [1, 2, 3])
 def test_tombstone_case_swa_evicted_inside_the_node_splits_it(
     page: int, window: int, inside_pages: int
@@ -105,8 +103,7 @@ def test_tombstone_case_swa_evicted_inside_the_node_splits_it(
     h.check()
 
 
-@pytest.mark.parametrize("page", PAGES)
-@pytest.mark.parametrize("window", WINDOWS)
+@SWA_SHAPES
 @pytest.mark.parametrize("swa_evicted_pages", [6, 7, 8])
 def test_tombstone_case_swa_evicted_past_the_node_keeps_it_a_tombstone(
     page: int, window: int, swa_evicted_pages: int
@@ -123,7 +120,7 @@ def test_tombstone_case_swa_evicted_past_the_node_keeps_it_a_tombstone(
     h.check()
 
 
-@pytest.mark.parametrize("page", PAGES)
+@SWA_PAGES
 @pytest.mark.parametrize("swa_evicted_pages", [0, 4])
 def test_pr_29352_a_locked_tombstone_is_not_revived_and_its_kv_not_freed(
     page: int, swa_evicted_pages: int
@@ -153,7 +150,7 @@ def test_pr_29352_a_locked_tombstone_is_not_revived_and_its_kv_not_freed(
     h.check()
 
 
-@pytest.mark.parametrize("page", PAGES)
+@SWA_PAGES
 def test_pymllm_8_3_reviving_under_a_lock_frees_nothing_the_lock_holder_reads(page: int) -> None:
     """pymllm, minimal: [T][L] with L locked, re-insert [T][L] with no SWA eviction.
     The pool's guard raises if the cache frees an index of a locked node."""
@@ -170,8 +167,7 @@ def test_pymllm_8_3_reviving_under_a_lock_frees_nothing_the_lock_holder_reads(pa
     h.check()
 
 
-@pytest.mark.parametrize("page", PAGES)
-@pytest.mark.parametrize("window", WINDOWS)
+@SWA_SHAPES
 def test_prev_prefix_len_leaves_the_protected_prefix_alone(page: int, window: int) -> None:
     """pymllm: the cache never frees the tree-owned indices below prev_prefix_len, and
     the caller frees nothing: no leak and no double free.
@@ -197,7 +193,7 @@ def test_prev_prefix_len_leaves_the_protected_prefix_alone(page: int, window: in
     h.check()
 
 
-@pytest.mark.parametrize("page", PAGES)
+@SWA_PAGES
 def test_prev_prefix_len_inside_a_cached_node_splits_it_there(page: int) -> None:
     """A protected prefix ending inside a node: the node is split at prev_prefix_len; the
     upper part (the tree's own) is left alone, the lower part's incoming indices are freed."""
@@ -214,8 +210,7 @@ def test_prev_prefix_len_inside_a_cached_node_splits_it_there(page: int) -> None
     h.check()
 
 
-@pytest.mark.parametrize("page", PAGES)
-@pytest.mark.parametrize("window", WINDOWS)
+@SWA_SHAPES
 def test_pymllm_8_1_a_new_leaf_hangs_under_the_split_node(page: int, window: int) -> None:
     """pymllm: insert [1,2,3,4] then [1,2,9,9] (W=2 there): the split's upper node
     must become the new leaf's parent, so a later match of [1,2,9,9] returns 4 tokens."""
@@ -239,7 +234,7 @@ def test_pymllm_8_1_a_new_leaf_hangs_under_the_split_node(page: int, window: int
     h.check()
 
 
-@pytest.mark.parametrize("page", PAGES)
+@SWA_PAGES
 @pytest.mark.parametrize("past_pages", [0, 1, 3])
 def test_pymllm_8_5_an_entirely_swa_evicted_leftover_creates_no_node(
     page: int, past_pages: int
@@ -267,7 +262,7 @@ def test_pymllm_8_5_an_entirely_swa_evicted_leftover_creates_no_node(
     h.check()
 
 
-@pytest.mark.parametrize("page", PAGES)
+@SWA_PAGES
 def test_an_entirely_swa_evicted_key_on_an_empty_cache_caches_nothing(page: int) -> None:
     h = SwaHarness.make(page, 2)
     result = h.put(keyed(page, 3), swa_evicted_seqlen=3 * page)
@@ -278,8 +273,7 @@ def test_an_entirely_swa_evicted_key_on_an_empty_cache_caches_nothing(page: int)
     h.check()
 
 
-@pytest.mark.parametrize("page", PAGES)
-@pytest.mark.parametrize("window", WINDOWS)
+@SWA_SHAPES
 @pytest.mark.parametrize("evicted_pages", [1, 2, 3])
 def test_pymllm_8_5_a_partially_swa_evicted_leftover_is_tombstone_plus_live_leaf(
     page: int, window: int, evicted_pages: int
@@ -305,7 +299,7 @@ def test_pymllm_8_5_a_partially_swa_evicted_leftover_is_tombstone_plus_live_leaf
     h.check()
 
 
-@pytest.mark.parametrize("page", PAGES)
+@SWA_PAGES
 def test_a_suffix_tombstone_is_not_counted_as_swa_evictable(page: int) -> None:
     """Regression: _add_suffix used to mark the new tombstone after _add_leaf had counted it
     in swa_evictable_size (INV-22 drift by the tombstone's length)."""
@@ -317,8 +311,7 @@ def test_a_suffix_tombstone_is_not_counted_as_swa_evictable(page: int) -> None:
     assert_swa_sizes(h.cache)
 
 
-@pytest.mark.parametrize("page", PAGES)
-@pytest.mark.parametrize("window", WINDOWS)
+@SWA_SHAPES
 def test_pr_30845_an_unfinished_insert_does_not_cache_evicted_swa_as_live(
     page: int, window: int
 ) -> None:
@@ -348,8 +341,7 @@ def test_pr_30845_an_unfinished_insert_does_not_cache_evicted_swa_as_live(
     h.check()
 
 
-@pytest.mark.parametrize("page", PAGES)
-@pytest.mark.parametrize("window", WINDOWS)
+@SWA_SHAPES
 def test_over_a_live_node_the_incoming_indices_are_freed(page: int, window: int) -> None:
     h = SwaHarness.make(page, window)
     first = h.put(keyed(page, 3))
@@ -363,7 +355,7 @@ def test_over_a_live_node_the_incoming_indices_are_freed(page: int, window: int)
     h.check()
 
 
-@pytest.mark.parametrize("page", PAGES)
+@SWA_PAGES
 def test_the_caller_frees_only_its_unaligned_tail(page: int) -> None:
     h = SwaHarness.make(page, 2)
     tokens = keyed(page, 3) + [7] * (page - 1)
@@ -392,8 +384,7 @@ def test_unaligned_prev_prefix_len_or_swa_evicted_seqlen_is_refused(prev: int, s
     h.check()
 
 
-@pytest.mark.parametrize("page", PAGES)
-@pytest.mark.parametrize("window", WINDOWS)
+@SWA_SHAPES
 @pytest.mark.parametrize("swa_evicted_pages", [0, 1, 2, 3, 4, 5, 6])
 def test_conservation_over_every_swa_evicted_seqlen(
     page: int, window: int, swa_evicted_pages: int
@@ -413,7 +404,7 @@ def test_conservation_over_every_swa_evicted_seqlen(
     assert (node is h.cache.root) or sum(len(n) for n in path_nodes(node)) in (4 * page, 6 * page)
 
 
-@pytest.mark.parametrize("page", PAGES)
+@SWA_PAGES
 def test_insert_may_return_a_tombstone_as_last_node_and_it_cannot_be_locked(page: int) -> None:
     """When the key ends at (or inside) a tombstone that stays one, or its new suffix is
     entirely SWA-evicted below one, last_node is that tombstone: the deepest cached node.

@@ -26,6 +26,8 @@ from radixkv import (
 )
 from radixkv.pools import KVAllocator
 from tests.helpers import (
+    SWA_PAGES,
+    SWA_SHAPES,
     HybridPool,
     RecordingAllocator,
     SwaHarness,
@@ -37,9 +39,6 @@ from tests.helpers import (
     swa_snapshot,
     tombstoned,
 )
-
-PAGES = [1, 4]
-WINDOWS = [1, 2, 4, 8]
 
 
 def tokens_of(node_lengths: list[int], base: int = 1000) -> list[int]:
@@ -79,7 +78,7 @@ def test_no_allocator_is_allowed_in_swa_mode() -> None:
     assert_swa_sizes(cache)
 
 
-@pytest.mark.parametrize("page", PAGES)
+@SWA_PAGES
 def test_pymllm_8_4_tombstoning_frees_only_swa_and_eviction_frees_full_once(page: int) -> None:
     h = SwaHarness.make(page, 1)
     top, _ = h.chain([2 * page, page])
@@ -98,8 +97,7 @@ def test_pymllm_8_4_tombstoning_frees_only_swa_and_eviction_frees_full_once(page
 # ---- lock windows --------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("page", PAGES)
-@pytest.mark.parametrize("window", WINDOWS)
+@SWA_SHAPES
 def test_a_lock_swa_locks_the_live_nodes_up_to_w_tokens(page: int, window: int) -> None:
     h = SwaHarness.make(page, window)
     nodes = h.chain([page] * 6)
@@ -118,8 +116,7 @@ def test_a_lock_swa_locks_the_live_nodes_up_to_w_tokens(page: int, window: int) 
     h.check()
 
 
-@pytest.mark.parametrize("page", PAGES)
-@pytest.mark.parametrize("window", WINDOWS)
+@SWA_SHAPES
 def test_a_window_stops_at_a_tombstone(page: int, window: int) -> None:
     h = SwaHarness.make(page, window)
     nodes = h.chain([page, page, page, page], tombstones=[1])
@@ -133,7 +130,7 @@ def test_a_window_stops_at_a_tombstone(page: int, window: int) -> None:
     h.check()
 
 
-@pytest.mark.parametrize("page", PAGES)
+@SWA_PAGES
 def test_boundary_ids_are_distinct_ints(page: int) -> None:
     h = SwaHarness.make(page, 8)
     nodes = h.chain([page, page, page], tombstones=[0])
@@ -148,8 +145,7 @@ def test_boundary_ids_are_distinct_ints(page: int) -> None:
     h.check()
 
 
-@pytest.mark.parametrize("page", PAGES)
-@pytest.mark.parametrize("window", WINDOWS)
+@SWA_SHAPES
 def test_overlapping_windows_unlock_independently(page: int, window: int) -> None:
     h = SwaHarness.make(page, window)
     nodes = h.chain([page] * 5)
@@ -165,8 +161,7 @@ def test_overlapping_windows_unlock_independently(page: int, window: int) -> Non
     assert all(n.swa_lock_ref == 0 and n.lock_ref == 0 for n in live_nodes(h.cache))
 
 
-@pytest.mark.parametrize("page", PAGES)
-@pytest.mark.parametrize("window", WINDOWS)
+@SWA_SHAPES
 def test_a_window_survives_splits(page: int, window: int) -> None:
     """The window is recorded by token position, so nodes split inside it (by a match or an
     insert) are unlocked too, and nodes split off above it were never in it."""
@@ -193,7 +188,7 @@ def test_a_window_survives_splits(page: int, window: int) -> None:
     h.check()
 
 
-@pytest.mark.parametrize("page", PAGES)
+@SWA_PAGES
 def test_sglang_24153_no_tombstone_is_revived_inside_a_locked_path(page: int) -> None:
     """sglang #24153 / pymllm: inc skipped tombstones, dec did not, and a tombstone
     revived between them underflowed swa_lock_ref. Here a window never holds a tombstone,
@@ -218,7 +213,7 @@ def test_sglang_24153_no_tombstone_is_revived_inside_a_locked_path(page: int) ->
     h.check()
 
 
-@pytest.mark.parametrize("page", PAGES)
+@SWA_PAGES
 def test_none_undoes_the_newest_lock_on_the_node(page: int) -> None:
     h = SwaHarness.make(page, 2 * page)
     nodes = h.chain([page, page, page])
@@ -234,7 +229,7 @@ def test_none_undoes_the_newest_lock_on_the_node(page: int) -> None:
     h.check()
 
 
-@pytest.mark.parametrize("page", PAGES)
+@SWA_PAGES
 def test_a_wrong_boundary_id_is_a_lock_error_and_changes_nothing(page: int) -> None:
     h = SwaHarness.make(page, 2)
     nodes = h.chain([page, page, page])
@@ -261,7 +256,7 @@ def test_a_wrong_boundary_id_is_a_lock_error_and_changes_nothing(page: int) -> N
     h.check()
 
 
-@pytest.mark.parametrize("page", PAGES)
+@SWA_PAGES
 def test_locking_a_tombstone_is_refused_and_changes_nothing(page: int) -> None:
     h = SwaHarness.make(page, 2)
     nodes = h.chain([page, page, page], tombstones=[1])
@@ -273,7 +268,7 @@ def test_locking_a_tombstone_is_refused_and_changes_nothing(page: int) -> None:
 # ---- eviction ----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("page", PAGES)
+@SWA_PAGES
 def test_phase_1_deletes_a_leaf_and_the_chain_of_tombstones_above_it(page: int) -> None:
     """pymllm deleted only one tombstone level; a tombstone left as a leaf can never be
     matched, so every tombstone ancestor left childless goes too (full KV counted, no SWA)."""
@@ -290,7 +285,7 @@ def test_phase_1_deletes_a_leaf_and_the_chain_of_tombstones_above_it(page: int) 
     h.check()
 
 
-@pytest.mark.parametrize("page", PAGES)
+@SWA_PAGES
 def test_phase_1_cascade_stops_at_a_live_parent_and_at_a_branching_tombstone(page: int) -> None:
     h = SwaHarness.make(page, 1)
     top, tomb, leaf = h.chain([page, page, page], tombstones=[1])
@@ -309,7 +304,7 @@ def test_phase_1_cascade_stops_at_a_live_parent_and_at_a_branching_tombstone(pag
     h.check()
 
 
-@pytest.mark.parametrize("page", PAGES)
+@SWA_PAGES
 def test_phase_2_tombstones_internal_nodes_lru_first_and_stops_at_the_target(page: int) -> None:
     h = SwaHarness.make(page, 1)
     a, b, c, leaf = h.chain([2 * page, page, page, page])
@@ -323,7 +318,7 @@ def test_phase_2_tombstones_internal_nodes_lru_first_and_stops_at_the_target(pag
     h.check()
 
 
-@pytest.mark.parametrize("page", PAGES)
+@SWA_PAGES
 def test_phase_2_deletes_a_leaf_whole_and_cascades(page: int) -> None:
     h = SwaHarness.make(page, 1)
     a, b, leaf = h.chain([2 * page, page, page])
@@ -336,7 +331,7 @@ def test_phase_2_deletes_a_leaf_whole_and_cascades(page: int) -> None:
     h.check()
 
 
-@pytest.mark.parametrize("page", PAGES)
+@SWA_PAGES
 def test_both_phases_in_one_call_and_phase_2_skipped_when_phase_1_freed_enough(
     page: int,
 ) -> None:
@@ -352,8 +347,7 @@ def test_both_phases_in_one_call_and_phase_2_skipped_when_phase_1_freed_enough(
     h.check()
 
 
-@pytest.mark.parametrize("page", PAGES)
-@pytest.mark.parametrize("window", WINDOWS)
+@SWA_SHAPES
 def test_kvcache_ai_pr_49_swa_eviction_with_a_full_locked_path(page: int, window: int) -> None:
     """kvcache-ai/sglang PR #49: SWA-only eviction crashed on nodes with full_lock > 0 and
     swa_lock == 0. Here they are tombstoned (internal), the window is untouched (the pool's
@@ -381,7 +375,7 @@ def test_kvcache_ai_pr_49_swa_eviction_with_a_full_locked_path(page: int, window
     h.check()
 
 
-@pytest.mark.parametrize("page", PAGES)
+@SWA_PAGES
 def test_a_full_locked_internal_node_outside_every_window_is_tombstoned_not_deleted(
     page: int,
 ) -> None:
@@ -439,8 +433,7 @@ def random_workload(h: SwaHarness, rng: random.Random, steps: int) -> None:
 
 
 @pytest.mark.parametrize("seed", range(6))
-@pytest.mark.parametrize("page", PAGES)
-@pytest.mark.parametrize("window", WINDOWS)
+@SWA_SHAPES
 def test_sizes_and_conservation_hold_after_every_operation(
     seed: int, page: int, window: int
 ) -> None:
@@ -451,7 +444,7 @@ def test_sizes_and_conservation_hold_after_every_operation(
     assert not any(h.pool.full.values()) and not any(h.pool.swa.values())
 
 
-@pytest.mark.parametrize("page", PAGES)
+@SWA_PAGES
 def test_reset_frees_every_full_index_once_and_no_swa_twice(page: int) -> None:
     h = SwaHarness.make(page, 2)
     nodes = h.chain([page, 2 * page, page, page], tombstones=[1])
@@ -476,7 +469,7 @@ def test_reset_frees_every_full_index_once_and_no_swa_twice(page: int) -> None:
     h.check()
 
 
-@pytest.mark.parametrize("page", PAGES)
+@SWA_PAGES
 def test_reset_with_an_outstanding_lock_leaves_no_stale_window(page: int) -> None:
     h = SwaHarness.make(page, 2)
     nodes = h.chain([page, page])

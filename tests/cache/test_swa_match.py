@@ -9,6 +9,8 @@ from __future__ import annotations
 import pytest
 
 from tests.helpers import (
+    SWA_PAGES,
+    SWA_SHAPES,
     SwaHarness,
     held,
     ids,
@@ -17,9 +19,6 @@ from tests.helpers import (
     swa_snapshot,
     token_index_map,
 )
-
-PAGES = [1, 4]
-WINDOWS = [1, 2, 4, 8]
 
 
 def valid_end(lengths: list[int], tombstones: set[int], window: int, upto: int) -> int:
@@ -33,8 +32,7 @@ def valid_end(lengths: list[int], tombstones: set[int], window: int, upto: int) 
     return best
 
 
-@pytest.mark.parametrize("page", PAGES)
-@pytest.mark.parametrize("window", WINDOWS)
+@SWA_SHAPES
 def test_a_path_without_tombstones_matches_whole(page: int, window: int) -> None:
     h = SwaHarness.make(page, window)
     nodes = h.chain([page, 2 * page, page])
@@ -48,8 +46,7 @@ def test_a_path_without_tombstones_matches_whole(page: int, window: int) -> None
     h.check()
 
 
-@pytest.mark.parametrize("page", PAGES)
-@pytest.mark.parametrize("window", WINDOWS)
+@SWA_SHAPES
 @pytest.mark.parametrize("live_pages", [1, 2, 3])
 def test_match_goes_past_a_tombstone_only_with_w_live_tokens_after_it(
     page: int, window: int, live_pages: int
@@ -83,7 +80,7 @@ def test_exactly_w_live_tokens_after_a_tombstone_is_enough(window: int) -> None:
     assert h.match(tokens).prefix_len == 3 + window
 
 
-@pytest.mark.parametrize("page", PAGES)
+@SWA_PAGES
 def test_a_tombstone_right_under_the_root_stops_the_match_at_the_root(page: int) -> None:
     h = SwaHarness.make(page, 8)
     h.chain([2 * page, page], tombstones=[0])
@@ -96,7 +93,7 @@ def test_a_tombstone_right_under_the_root_stops_the_match_at_the_root(page: int)
     h.check()
 
 
-@pytest.mark.parametrize("page", PAGES)
+@SWA_PAGES
 @pytest.mark.parametrize("window", [2, 3])
 def test_sglang_pr_17061_the_live_counter_resets_at_every_tombstone(page: int, window: int) -> None:
     """sglang PR #17061: live tokens before a second tombstone must not count after it.
@@ -116,8 +113,7 @@ def test_sglang_pr_17061_the_live_counter_resets_at_every_tombstone(page: int, w
     h.check()
 
 
-@pytest.mark.parametrize("page", PAGES)
-@pytest.mark.parametrize("window", WINDOWS)
+@SWA_SHAPES
 @pytest.mark.parametrize(
     "pattern",
     [
@@ -147,7 +143,7 @@ def test_every_prefix_matches_the_longest_valid_point(
     h.check()
 
 
-@pytest.mark.parametrize("page", PAGES)
+@SWA_PAGES
 def test_recency_is_refreshed_on_the_returned_path_in_swa_mode(page: int) -> None:
     """pymllm's _match_swa refreshed nothing (SPEC.md §8, recency on match); here the path
     gets the match's tick, so eviction (both phases) spares what was just matched."""
@@ -166,7 +162,7 @@ def test_recency_is_refreshed_on_the_returned_path_in_swa_mode(page: int) -> Non
     h.check()
 
 
-@pytest.mark.parametrize("page", PAGES)
+@SWA_PAGES
 def test_recency_refresh_reaches_every_node_of_the_path_and_guides_phase_two(page: int) -> None:
     h = SwaHarness.make(page, 1)
     shared = list(range(10, 10 + page))
@@ -191,7 +187,7 @@ def test_recency_refresh_reaches_every_node_of_the_path_and_guides_phase_two(pag
     h.check()
 
 
-@pytest.mark.parametrize("page", PAGES)
+@SWA_PAGES
 def test_nodes_past_the_valid_point_are_not_refreshed(page: int) -> None:
     h = SwaHarness.make(page, 8)
     nodes = h.chain([page, page, page], tombstones=[1])
@@ -203,8 +199,7 @@ def test_nodes_past_the_valid_point_are_not_refreshed(page: int) -> None:
     assert [n.last_access_time for n in nodes[1:]] == stamps[1:]
 
 
-@pytest.mark.parametrize("page", PAGES)
-@pytest.mark.parametrize("window", WINDOWS)
+@SWA_SHAPES
 def test_a_split_during_an_swa_match_keeps_every_index(page: int, window: int) -> None:
     """The match ends inside a live node after a tombstone and inside a tombstone: each is
     split, the token -> index map and the pool's full/SWA state stay the same."""
@@ -230,7 +225,7 @@ def test_a_split_during_an_swa_match_keeps_every_index(page: int, window: int) -
     assert nodes[2].parent is not None and nodes[2].parent.parent is not None
 
 
-@pytest.mark.parametrize("page", PAGES)
+@SWA_PAGES
 def test_a_match_frees_nothing_and_changes_no_swa_state(page: int) -> None:
     h = SwaHarness.make(page, 2)
     h.chain([page, page, page, page], tombstones=[1])

@@ -6,7 +6,6 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from hypothesis import Phase, settings
 from radixkv_conformance import run_conformance
 from radixkv_conformance.adapters.radixkv import (
     MambaAdapter,
@@ -27,10 +26,10 @@ from radixkv_conformance.protocol import (
 from radixkv_conformance.rules.events import EventsOracle, page_places
 from radixkv_spec import SpecViolation
 
-QUICK = settings(
-    max_examples=25, stateful_step_count=20, deadline=None, database=None, derandomize=True
-)
-NO_SHRINK = settings(QUICK, phases=[Phase.explicit, Phase.generate])
+from tests.helpers import fixed_search
+
+QUICK = fixed_search(25, 20)
+NO_SHRINK = fixed_search(25, 20, shrink=False)
 
 
 @pytest.mark.parametrize(

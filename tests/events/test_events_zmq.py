@@ -23,7 +23,7 @@ from radixkv_spec.events import EventStreamModel, expected_page_set
 from radixkv import KVIndexAllocator, RadixCache, RadixKey
 from radixkv.driver.workload import WorkloadConfig, generate
 from radixkv.events import SequenceTracker
-from radixkv.tree import TreeNode
+from tests.events.test_events import tree_positions
 
 zmq = pytest.importorskip("zmq")
 pytest.importorskip("msgspec")
@@ -59,19 +59,6 @@ def finish_subscriber(proc: subprocess.Popen[str], last_seq: int) -> dict[str, A
     return result
 
 
-def page_positions(cache: RadixCache) -> set[tuple[str | None, tuple[Any, ...]]]:
-    out: set[tuple[str | None, tuple[Any, ...]]] = set()
-    p = cache.page_size
-    stack: list[tuple[TreeNode, tuple[Any, ...]]] = [(cache.root, ())]
-    while stack:
-        node, path = stack.pop()
-        for child in node.children.values():
-            full = path + tuple(child.tokens)
-            out.update((child.extra_key, full[:e]) for e in range(len(path) + p, len(full) + 1, p))
-            stack.append((child, full))
-    return out
-
-
 def digest(pages: frozenset[int]) -> str:
     return hashlib.sha256(json.dumps(sorted(pages)).encode()).hexdigest()
 
@@ -102,7 +89,7 @@ def test_a_subscriber_in_another_process_rebuilds_the_page_set_after_every_batch
                     cache.reset()
                 seq = publisher.publish()
                 if seq is not None:
-                    pages = expected_page_set(page_positions(cache), page_size)
+                    pages = expected_page_set(tree_positions(cache), page_size)
                     expected[str(seq)] = digest(pages)
                 assert matched <= len(tokens)
             last = publisher.next_seq - 1
@@ -114,7 +101,7 @@ def test_a_subscriber_in_another_process_rebuilds_the_page_set_after_every_batch
     assert result["gaps"] == [] and result["first"] == 0
     assert result["batches"] == publisher.next_seq == len(expected)
     assert result["after"] == expected  # the page set agrees after every single batch
-    final = expected_page_set(page_positions(cache), page_size)
+    final = expected_page_set(tree_positions(cache), page_size)
     assert frozenset(result["pages"]) == final and final
     counts = result["counts"]
     assert counts["AllBlocksCleared"] == 2

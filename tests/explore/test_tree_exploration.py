@@ -24,6 +24,8 @@ from radixkv_conformance.explore.states import explore_states
 from radixkv_conformance.findings import Failure
 from radixkv_conformance.profile import RADIXKV
 
+from tests.helpers import fixed_search
+
 pytestmark = pytest.mark.search
 
 TARGET = "radixkv_conformance.adapters.page_trie:factory"
@@ -109,9 +111,7 @@ def test_each_finding_is_handed_over_when_found_and_shortest() -> None:
 
 
 def test_the_default_check_explores_first_and_reports_the_shortest_sequence() -> None:
-    quick = settings(
-        max_examples=5, stateful_step_count=5, deadline=None, database=None, derandomize=True
-    )
+    quick = fixed_search(5, 5)
     bounds = dataclasses.replace(TREE, namespaces=1, deeper=0, leaves=0, depth=4)  # fixed work
     report = run_conformance(
         CASCADE, settings=quick, name="cascade", budget=40, explore=bounds, max_failures=1

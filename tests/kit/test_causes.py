@@ -16,11 +16,11 @@ from radixkv_conformance.adapters import block_pool
 from radixkv_conformance.causes import shape
 from radixkv_conformance.cli import FAILED, INCOMPLETE, PASSED, main
 
+from tests.helpers import fixed_search
+
 TAIL = block_pool.PROFILES["vllm_tail"]
 SYMPTOM = "INV-15:insert-refusal-with-room"
-SEARCH = settings(
-    max_examples=150, stateful_step_count=8, deadline=None, database=None, derandomize=True
-)
+SEARCH = fixed_search(150, 8)
 HELD = "ValueError:reset@block_pool.reset"  # the kept block's other symptom: acknowledged
 
 

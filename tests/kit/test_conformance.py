@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import Phase, settings
+from hypothesis import settings
 from radixkv_conformance import (
     CHUNK_CACHE,
     MAX_RADIX_TRIE,
@@ -29,10 +29,10 @@ from radixkv_conformance.profile import RADIXKV, RADIXKV_MAMBA, RADIXKV_SWA
 from radixkv_conformance.replay import replay
 from radixkv_spec.hashing import chain_restarted, page_hashes
 
-QUICK = settings(
-    max_examples=25, stateful_step_count=20, deadline=None, database=None, derandomize=True
-)
-NO_SHRINK = settings(QUICK, phases=[Phase.explicit, Phase.generate])  # finding, not minimising
+from tests.helpers import fixed_search
+
+QUICK = fixed_search(25, 20)
+NO_SHRINK = fixed_search(25, 20, shrink=False)  # finding, not minimising
 SHRINK = settings(QUICK, max_examples=20, stateful_step_count=10)
 BOTH_BUGS = ("INV-14:unmatched-unlock", "INV-11:evict-reported-counts")
 PROFILE = RADIXKV.but(name="defined-in-this-module")  # not a built-in profile

@@ -14,23 +14,16 @@ from radixkv_conformance import run_conformance
 from radixkv_conformance.adapters import page_trie
 from radixkv_conformance.cli import INCOMPLETE, PASSED, main
 
+from tests.helpers import fixed_search
+
 pytestmark = pytest.mark.search
 
 TARGET = "radixkv_conformance.adapters.page_trie:factory"
-settings.register_profile(
-    "coverage-tiny",
-    max_examples=2,
-    stateful_step_count=3,
-    deadline=None,
-    derandomize=True,
-    database=None,
-)
+settings.register_profile("coverage-tiny", fixed_search(2, 3))
 
 
 def test_a_search_too_short_to_reach_the_situations_is_not_a_pass() -> None:
-    tiny = settings(
-        max_examples=2, stateful_step_count=3, deadline=None, database=None, derandomize=True
-    )
+    tiny = fixed_search(2, 3)
     report = run_conformance(page_trie.factory, settings=tiny, name="tiny")
     assert report.passed  # no finding ...
     assert not report.complete  # ... but not everything was reached
@@ -95,9 +88,7 @@ def test_bad_options_are_usage_errors(
     assert said in capsys.readouterr().err
 
 
-CI_LIKE = settings(
-    max_examples=300, stateful_step_count=50, deadline=None, database=None, derandomize=True
-)
+CI_LIKE = fixed_search(300, 50)
 
 
 @pytest.mark.parametrize("bug", ["cascade_locked", "stale_recency"])

@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import settings
 from radixkv_conformance import AdapterError, run_conformance
 from radixkv_conformance.adapters import planted
 from radixkv_conformance.adapters.radixkv import mamba, sliding_window
@@ -27,11 +26,11 @@ from radixkv_spec.outcomes import FreeEvent
 from radixkv_spec.policies import LRU_LEAVES, LRU_SPLIT_REFRESHES_BOTH, VictimOrder
 from radixkv_spec.swa import DeadInsert, SlidingWindowModel
 
+from tests.helpers import fixed_search
+
 pytestmark = pytest.mark.search  # kit searches: run once, not again on the pure key path
 
-SEARCH = settings(
-    max_examples=150, stateful_step_count=25, deadline=None, database=None, derandomize=True
-)
+SEARCH = fixed_search(150, 25)
 VLLM, MAX = planted.PROFILES["vllm_shaped"], planted.PROFILES["max_shaped"]
 
 

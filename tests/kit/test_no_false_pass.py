@@ -28,11 +28,11 @@ from radixkv_conformance.findings import Violation, finding_id
 from radixkv_conformance.registry import machine_for
 from radixkv_conformance.replay import replay
 
+from tests.helpers import fixed_search
+
 pytestmark = pytest.mark.search  # kit searches: run once, not again on the pure key path
 
-SEARCH = settings(
-    max_examples=200, stateful_step_count=25, deadline=None, database=None, derandomize=True
-)
+SEARCH = fixed_search(200, 25)
 PAIRS = {  # planted bugs -> the finding id each must be reported under
     ("locked", "order"): ("INV-11:evict-locked-victim", "INV-11:evict-victim-order"),
     ("count", "short"): ("INV-11:evict-reported-counts", "INV-11:evict-short"),

@@ -18,13 +18,14 @@ import functools
 from typing import Any
 
 import pytest
-from hypothesis import Phase, settings
+from hypothesis import settings
 from radixkv_conformance import run_conformance
 from radixkv_conformance.adapters import planted_slots
 from radixkv_conformance.adapters.planted_slots import StaleReference
 from radixkv_conformance.explore.bounds import TREE
 from radixkv_conformance.replay import replay
 
+from tests.helpers import fixed_search
 from tests.kit.test_block_pool import RecordingHost
 
 PROFILE = planted_slots.PROFILE
@@ -279,14 +280,7 @@ def test_every_bug_has_traces_of_its_ids() -> None:
 
 # ---- searches -----------------------------------------------------------------------------
 
-SEARCH = settings(
-    max_examples=30,
-    stateful_step_count=20,
-    deadline=None,
-    database=None,
-    derandomize=True,
-    phases=[Phase.explicit, Phase.generate],
-)
+SEARCH = fixed_search(30, 20, shrink=False)
 """Without Hypothesis' shrinking: the exploration before it gives the shortest traces."""
 TREES = dataclasses.replace(
     TREE,

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from hypothesis import Phase, settings
+from hypothesis import settings
 from radixkv_conformance import MAX_RADIX_TRIE, RADIXKV, RADIXKV_MAMBA, RADIXKV_SWA, Profile
 from radixkv_conformance.adapters import chunk, max_trie
 from radixkv_conformance.adapters.radixkv import mamba, radix_cache, sliding_window
@@ -35,14 +35,9 @@ from radixkv_spec.policies import (
     WHOLE_LEAVES,
 )
 
-FIND = settings(
-    max_examples=150,
-    stateful_step_count=20,
-    deadline=None,
-    database=None,
-    derandomize=True,
-    phases=[Phase.explicit, Phase.generate],  # whether it fails, not its minimal trace
-)
+from tests.helpers import fixed_search
+
+FIND = fixed_search(150, 20, shrink=False)  # whether it fails, not its minimal trace
 RUN = settings(FIND, max_examples=30)
 
 

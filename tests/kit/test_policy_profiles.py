@@ -9,7 +9,7 @@ import json
 from typing import Any
 
 import pytest
-from hypothesis import Phase, settings
+from hypothesis import settings
 from radixkv_conformance.adapters import radixkv as adapters
 from radixkv_conformance.conformance import run_conformance
 from radixkv_conformance.profile import RADIXKV_POLICIES
@@ -28,7 +28,7 @@ from radixkv_spec.policies import (
 )
 from radixkv_spec.swa import SlidingWindowModel
 
-from tests.helpers import play_five_leaves
+from tests.helpers import fixed_search, play_five_leaves
 
 ORDERS = {
     "lru": LRU_LEAVES,
@@ -109,14 +109,7 @@ def test_mru_admits_any_most_recent_leaf_when_recency_is_widened() -> None:
 
 # ---- the kit's machine on radixkv's RadixCache under each policy ----------------------------
 
-FIND = settings(
-    max_examples=200,
-    stateful_step_count=20,
-    deadline=None,
-    database=None,
-    derandomize=True,
-    phases=[Phase.explicit, Phase.generate],
-)
+FIND = fixed_search(200, 20, shrink=False)
 FACTORIES = {name: getattr(adapters, f"policy_{name}") for name in RADIXKV_POLICIES}
 
 

@@ -32,12 +32,11 @@ from radixkv_spec.model import PrefixCacheModel
 from radixkv_spec.situations import Transition, declared, reached, view_of
 
 from radixkv.events import BlockRemoved, BlockStored, KVCacheEvent, RouterFilter
+from tests.helpers import fixed_search
 
 pytestmark = pytest.mark.search  # kit searches: run once, not again on the pure key path
 
-QUICK = settings(
-    max_examples=60, stateful_step_count=30, deadline=None, database=None, derandomize=True
-)
+QUICK = fixed_search(60, 30)
 NO_SHRINK = settings(QUICK, max_examples=300, phases=[Phase.explicit, Phase.generate])
 PUBLISHED = "invariant: the published stream rebuilds the pages a router is told"
 REMOVAL_OF_REFUSED = (

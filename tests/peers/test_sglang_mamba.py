@@ -12,12 +12,11 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from hypothesis import settings
 from radixkv_conformance import run_conformance
 from radixkv_conformance.profile import LRU_LEAVES, Profile
 from radixkv_conformance.replay import replay
 
-from tests.helpers import RecordingHost, peer_adapter
+from tests.helpers import RecordingHost, fixed_search, peer_adapter
 
 KNOWN_BUG = (  # tests/vectors/sglang_mamba_stateless_insert*.json: one cause, three symptoms
     "AssertionError:bad-new-tokens-without-a-state@mamba.commit_insert_component_data",
@@ -138,9 +137,7 @@ def test_a_copy_without_room_is_a_step_sglang_never_takes() -> None:
 
 def test_a_short_search_finds_nothing_past_the_known_bug() -> None:
     module = peer_adapter("sglang_mamba", "sglang's UnifiedRadixCache")
-    search = settings(
-        max_examples=60, stateful_step_count=25, deadline=None, database=None, derandomize=True
-    )
+    search = fixed_search(60, 25)
     report = run_conformance(
         module.factory, profile=module.PROFILE, settings=search, known=KNOWN_BUG
     )

@@ -6,11 +6,10 @@ from __future__ import annotations
 import functools
 
 import pytest
-from hypothesis import settings
 from radixkv_conformance import run_conformance
 from radixkv_conformance.targets import load
 
-from tests.helpers import RecordingHost, peer_adapter
+from tests.helpers import RecordingHost, fixed_search, peer_adapter
 
 
 def test_reset_is_refused_while_a_request_holds_blocks_and_frees_after() -> None:
@@ -44,9 +43,7 @@ def test_an_insert_into_a_full_pool_evicts_the_least_recent_block() -> None:
 @pytest.mark.search
 def test_a_short_search_holds_and_evicts_by_allocating() -> None:
     vllm = peer_adapter("vllm", "vLLM's prefix cache")
-    short = settings(
-        max_examples=40, stateful_step_count=20, deadline=None, database=None, derandomize=True
-    )
+    short = fixed_search(40, 20)
     small = functools.partial(vllm.factory, blocks="4")  # a small pool evicts to make room
     report = run_conformance(small, profile=vllm.PROFILE, settings=short, name="vllm")
     report.raise_for_failures()
@@ -135,9 +132,7 @@ def test_a_direct_search_finds_both_bugs_and_holds_otherwise() -> None:
     """With ``direct=1`` the kit finds both vectors' bugs, and lock, unlock and evict by the
     pool hold every other check (the unmatched unlock acknowledged, so the search goes on)."""
     vllm = peer_adapter("vllm", "vLLM's prefix cache")
-    short = settings(
-        max_examples=150, stateful_step_count=20, deadline=None, database=None, derandomize=True
-    )
+    short = fixed_search(150, 20)
     small = functools.partial(vllm.factory_direct, blocks="4")
     unmatched = "INV-14:unmatched-unlock"
     known = (*DIRECT_FINDINGS, unmatched)

@@ -20,6 +20,13 @@ from typing import Any
 from radixkv_conformance.adapters._checkouts import register_shells
 
 INSTALL_HINT = "pip install --no-deps sglang==0.5.23"
+USAGE_ERRORS: tuple[type[BaseException], ...] = (
+    ValueError,
+    TypeError,
+    OverflowError,
+    AssertionError,  # sglang checks its callers with assert
+)
+"""What sglang's trees (Python and Rust) raise for a call they refuse."""
 
 
 class Stub(types.ModuleType):

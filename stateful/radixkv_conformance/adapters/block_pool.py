@@ -39,6 +39,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterable
 from typing import Any
 
+from radixkv_conformance.adapters._planting import planted_bugs
 from radixkv_conformance.profile import VLLM_HABITS
 from radixkv_conformance.protocol import Host, Indices, Inserted, NoRoom, Sizes
 
@@ -390,10 +391,7 @@ def vllm_tail(
 def _pool(
     page_size: int, host: Host, blocks: str | int, bugs: str, known: dict[str, str], tail: bool
 ) -> BlockPoolAdapter:
-    planted = frozenset(b for b in bugs.split(",") if b)
-    unknown = planted - set(known)
-    if unknown:
-        raise ValueError(f"unknown bugs {sorted(unknown)}; known: {sorted(known)}")
+    planted = planted_bugs(bugs, known)
     if int(blocks) < 1:
         raise ValueError(f"blocks must be at least 1, got {blocks}")
     return BlockPoolAdapter(page_size, host, int(blocks), planted, tail)

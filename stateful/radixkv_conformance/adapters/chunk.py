@@ -8,7 +8,7 @@ from typing import Any
 import torch
 
 import radixkv
-from radixkv_conformance.adapters._ref_counted import RefCountedCalls
+from radixkv_conformance.adapters._calls import HostFrees, RefCountedCalls
 from radixkv_conformance.profile import CHUNK_CACHE
 from radixkv_conformance.protocol import Host
 from radixkv_conformance.protocol import TokenPlace as Slot
@@ -24,7 +24,7 @@ class ChunkCacheAdapter(RefCountedCalls):
     def __init__(self, page_size: int, host: Host) -> None:
         assert page_size == 1, "ChunkCache has no page size"
         self.page_size = page_size
-        self.cache = radixkv.ChunkCache(_Refuse(host))
+        self.cache = radixkv.ChunkCache(HostFrees(host))
 
     def match(self, tokens: tuple[Any, ...], namespace: Any) -> tuple[tuple[int, ...], Any]:
         result = self.cache.match_prefix(radixkv.RadixKey(list(tokens), namespace))
@@ -48,17 +48,6 @@ class ChunkCacheAdapter(RefCountedCalls):
 
     def snapshot(self) -> Hashable:
         return self.sizes()
-
-
-class _Refuse:
-    """An allocator that forwards frees to ``host.free`` (the machine flags any as a bug)."""
-
-    def __init__(self, host: Host) -> None:
-        self.host = host
-        self.device = torch.device("cpu")
-
-    def free(self, indices: torch.Tensor) -> None:
-        self.host.free(tuple(int(i) for i in indices.tolist()))
 
 
 def factory(page_size: int, host: Host) -> ChunkCacheAdapter:

@@ -27,9 +27,10 @@ import itertools
 from collections.abc import Hashable, Iterator
 from typing import Any
 
+from radixkv_conformance.adapters._calls import MaxTrieCalls
 from radixkv_conformance.adapters._max_import import import_module
 from radixkv_conformance.profile import ANY_LEAF, TAIL_PAGES, Profile
-from radixkv_conformance.protocol import Host, Indices, Namespace, Sizes, TokenPlace, Tokens
+from radixkv_conformance.protocol import Host, Indices, Namespace, TokenPlace, Tokens
 
 radix_trie = import_module("radix_trie")
 
@@ -59,7 +60,7 @@ PROFILE = Profile(
 Node = Any  # radix_trie.TrieNode
 
 
-class MaxTrieAdapter:
+class MaxTrieAdapter(MaxTrieCalls):
     usage_errors: tuple[type[BaseException], ...] = (ValueError,)
     capabilities: frozenset[str] = frozenset()
     notes = NOTES
@@ -72,10 +73,6 @@ class MaxTrieAdapter:
 
     # ---- the trie's caller ---------------------------------------------------------------
 
-    def _blocks(self, indices: Indices, n_pages: int) -> list[Indices]:
-        p = self.page_size
-        return [tuple(indices[i * p : i * p + p]) for i in range(min(n_pages, len(indices) // p))]
-
     def match(self, tokens: Tokens, namespace: Namespace) -> tuple[Indices, Node]:
         node, blocks = self.trie.match_prefix(list(tokens))
         return tuple(i for block in blocks for i in block), node
@@ -85,21 +82,11 @@ class MaxTrieAdapter:
         key = list(tokens[: n_pages * self.page_size])
         return None, self.trie.insert(key, self._blocks(indices, n_pages))
 
-    def lock(self, handle: Node) -> int:
-        seq = next(self.sequences)
-        self.trie.mark_in_use_by(handle, seq)
-        return seq
-
-    def unlock(self, handle: Node, token: int) -> None:
-        self.trie.mark_not_in_use_by(handle, token)
-
     def evict(self, num_tokens: int) -> int:
-        p = self.page_size
-        wanted = num_tokens if num_tokens <= 0 else -(-num_tokens // p)
-        evicted = self.trie.evict_blocks(wanted)
+        evicted = self._evict_blocks(num_tokens)
         if evicted:
             self.host.free(tuple(i for block in evicted for i in block))
-        return len(evicted) * p
+        return len(evicted) * self.page_size
 
     # ---- observation ---------------------------------------------------------------------
 
@@ -112,12 +99,6 @@ class MaxTrieAdapter:
                 child_path = path + tuple(int(t) for t in child.tokens.tolist())
                 yield child, child_path
                 stack.append((child, child_path))
-
-    def sizes(self) -> Sizes:
-        p = self.page_size
-        total = len(self.trie.get_all_blocks()) * p
-        evictable = len(self.trie.get_evictable_blocks()) * p
-        return Sizes(evictable, total - evictable, total)
 
     def contents(self) -> dict[TokenPlace, int]:
         out: dict[TokenPlace, int] = {}

@@ -23,16 +23,17 @@ from typing import Any
 
 import radixkv
 from radixkv.keys import validate_tokens
+from radixkv_conformance.adapters._calls import MaxTrieCalls
 from radixkv_conformance.adapters._radixkv_tree import CanonicalTree
 from radixkv_conformance.adapters.radixkv import EventStreams
 from radixkv_conformance.profile import MAX_RADIX_TRIE
-from radixkv_conformance.protocol import Host, Sizes
+from radixkv_conformance.protocol import Host
 from radixkv_conformance.protocol import TokenPlace as Slot
 
 PROFILE = MAX_RADIX_TRIE
 
 
-class RadixTrieAdapter(EventStreams):
+class RadixTrieAdapter(MaxTrieCalls, EventStreams):
     usage_errors: tuple[type[BaseException], ...] = (radixkv.UsageError,)
     capabilities = frozenset({"bad_input", "unlock_checks", "events", "router_events", "relock"})
     notes = (
@@ -47,10 +48,6 @@ class RadixTrieAdapter(EventStreams):
         self.trie = radixkv.RadixTrie(page_size, event_listener=self.hear)
         self.sequences = itertools.count()
 
-    def _pages(self, indices: tuple[int, ...], n_pages: int) -> list[tuple[int, ...]]:
-        p = self.page_size
-        return [indices[i * p : i * p + p] for i in range(min(n_pages, len(indices) // p))]
-
     def match(self, tokens: tuple[Any, ...], namespace: Any) -> tuple[tuple[int, ...], Any]:
         validate_tokens(tokens)  # the engine's token ids (the trie would take any token)
         node, blocks = self.trie.match_prefix(tokens)
@@ -64,30 +61,13 @@ class RadixTrieAdapter(EventStreams):
         n_pages = len(tokens) // self.page_size
         aligned = tokens[: n_pages * self.page_size]
         validate_tokens(tokens)
-        return None, self.trie.insert(aligned, self._pages(indices, n_pages))
-
-    def lock(self, handle: Any, receipt: Any = None) -> Any:
-        """A new sequence marks the path; with ``receipt``, the sequence holding it again."""
-        seq = next(self.sequences) if receipt is None else receipt
-        self.trie.mark_in_use_by(handle, seq)
-        return seq
-
-    def unlock(self, handle: Any, token: Any) -> None:
-        self.trie.mark_not_in_use_by(handle, token)
+        return None, self.trie.insert(aligned, self._blocks(indices, n_pages))
 
     def evict(self, num_tokens: Any) -> int:
-        p = self.page_size
-        wanted = num_tokens if num_tokens <= 0 else -(-num_tokens // p)
-        evicted = self.trie.evict_blocks(wanted)
+        evicted = self._evict_blocks(num_tokens)
         for block in evicted:
             self.host.free(tuple(block))
-        return len(evicted) * p
-
-    def sizes(self) -> Sizes:
-        p = self.page_size
-        total = len(self.trie.get_all_blocks()) * p
-        evictable = len(self.trie.get_evictable_blocks()) * p
-        return Sizes(evictable, total - evictable, total)
+        return len(evicted) * self.page_size
 
     def contents(self) -> dict[Slot, int]:
         out: dict[Slot, int] = {}

@@ -16,6 +16,7 @@ import heapq
 from collections.abc import Callable, Hashable
 from typing import Any
 
+from radixkv_conformance.adapters._planting import planted_bugs
 from radixkv_conformance.profile import RADIXKV
 from radixkv_conformance.protocol import Host, Indices, Inserted, Sizes
 
@@ -241,8 +242,5 @@ class PageTrieAdapter:
 
 def factory(page_size: int, host: Host, bugs: str = "") -> PageTrieAdapter:
     """The trie with the bugs named in ``bugs`` (comma-separated names of ``BUGS``)."""
-    planted = frozenset(b for b in bugs.split(",") if b)
-    unknown = planted - set(BUGS)
-    if unknown:
-        raise ValueError(f"unknown bugs {sorted(unknown)}; known: {sorted(BUGS)}")
+    planted = planted_bugs(bugs, BUGS)
     return PageTrieAdapter(page_size, host, planted)

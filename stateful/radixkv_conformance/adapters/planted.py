@@ -25,6 +25,7 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import Any
 
+from radixkv_conformance.adapters._planting import planted_bugs
 from radixkv_conformance.profile import RADIXKV, VLLM_HABITS
 from radixkv_conformance.protocol import Host, Indices, Inserted, Sizes
 
@@ -303,10 +304,7 @@ class PageMapAdapter:
 def factory(page_size: int, host: Host, bugs: str = "", shape: str = "") -> PageMapAdapter:
     """The cache with the bugs named in ``bugs`` (comma-separated names of ``BUGS``) and the
     habits of ``shape`` (a name in ``SHAPES``)."""
-    planted = frozenset(b for b in bugs.split(",") if b)
-    unknown = planted - set(BUGS)
-    if unknown:
-        raise ValueError(f"unknown bugs {sorted(unknown)}; known: {sorted(BUGS)}")
+    planted = planted_bugs(bugs, BUGS)
     if shape not in SHAPES:
         raise ValueError(f"unknown shape {shape!r}; known: {sorted(SHAPES)}")
     return PageMapAdapter(page_size, host, planted, SHAPES[shape])

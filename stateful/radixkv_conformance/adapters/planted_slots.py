@@ -53,6 +53,7 @@ import bisect
 from collections.abc import Callable, Hashable
 from typing import Any
 
+from radixkv_conformance.adapters._planting import planted_bugs
 from radixkv_conformance.profile import RADIXKV
 from radixkv_conformance.protocol import Host, Indices, Inserted, Sizes
 
@@ -486,8 +487,5 @@ class SlotRadixAdapter:
 
 def factory(page_size: int, host: Host, bugs: str = "") -> SlotRadixAdapter:
     """The tree with the bugs named in ``bugs`` (comma-separated names of ``BUGS``)."""
-    planted = frozenset(b for b in bugs.split(",") if b)
-    unknown = planted - set(BUGS)
-    if unknown:
-        raise ValueError(f"unknown bugs {sorted(unknown)}; known: {sorted(BUGS)}")
+    planted = planted_bugs(bugs, BUGS)
     return SlotRadixAdapter(page_size, host, planted)

@@ -25,8 +25,8 @@ from typing import Any
 
 import torch
 
+from radixkv_conformance.adapters._calls import RefCountedCalls
 from radixkv_conformance.adapters._pymllm_import import import_module
-from radixkv_conformance.adapters._ref_counted import RefCountedCalls
 from radixkv_conformance.profile import LRU_SPLIT_REFRESHES_BOTH, Profile
 from radixkv_conformance.protocol import Host, Indices, Namespace, TokenPlace, Tokens
 
@@ -85,6 +85,13 @@ class PymllmTreeAdapter(RefCountedCalls):
                 child_path = path + tuple(child.key.token_ids)
                 yield child, child_path
                 stack.append((child, child_path))
+
+    def _placed(self) -> Iterator[tuple[Any, tuple[Hashable, ...]]]:
+        """Every live node with where it is and what it holds (what a snapshot starts each
+        node with): its id, its parent's, its namespace, its path and its indices."""
+        for node, path in self._paths():
+            where = (node.id, node.parent.id, node.key.extra_key, path)
+            yield node, (*where, tuple(node.value.tolist()))
 
     def evicted_node_ids(self) -> list[Hashable]:
         return list(self.evicted_ids)
@@ -150,11 +157,7 @@ class PymllmRadixCacheAdapter(PymllmTreeAdapter):
     def snapshot(self) -> Hashable:
         nodes = tuple(
             (
-                node.id,
-                node.parent.id,
-                node.key.extra_key,
-                path,
-                tuple(node.value.tolist()),
+                *placed,
                 node.lock_ref,
                 node.swa_lock_ref,
                 node.swa_tombstone,
@@ -163,7 +166,7 @@ class PymllmRadixCacheAdapter(PymllmTreeAdapter):
                 node.hit_count,
                 tuple(node.hash_values or ()),
             )
-            for node, path in self._paths()
+            for node, placed in self._placed()
         )
         c = self.cache
         counters = (c.swa_evictable_size(), c.swa_protected_size())

@@ -20,6 +20,7 @@ from collections.abc import Hashable, Mapping
 
 import torch
 
+from radixkv_conformance.adapters._calls import MambaCalls
 from radixkv_conformance.adapters._pymllm_import import import_module
 from radixkv_conformance.adapters.pymllm import HostPool, PymllmTreeAdapter
 from radixkv_conformance.profile import FULL_KV, Profile
@@ -60,7 +61,7 @@ class _Pools(HostPool):
         self.host.free_slot(int(slot))
 
 
-class PymllmMambaAdapter(PymllmTreeAdapter):
+class PymllmMambaAdapter(MambaCalls, PymllmTreeAdapter):
     capabilities = frozenset(
         {"namespaces", "reset", "unlock_checks", "stale_handles", "on_node_evict", "mamba"}
     )
@@ -117,29 +118,19 @@ class PymllmMambaAdapter(PymllmTreeAdapter):
                 )
         return out
 
-    def contents(self) -> Mapping[PagePlace, Indices]:
-        return {place: indices for place, (indices, _) in self.mamba_contents().items()}
-
-    def mamba_sizes(self) -> tuple[int, int]:
-        return (self.cache.mamba_evictable_size(), self.cache.mamba_protected_size())
-
     def lock_counts(self) -> list[tuple[int, int]]:
         return [(n.full_lock_ref, n.mamba_lock_ref) for n, _ in self._paths()]
 
     def snapshot(self) -> Hashable:
         nodes = tuple(
             (
-                node.id,
-                node.parent.id,
-                node.key.extra_key,
-                path,
-                tuple(node.value.tolist()),
+                *placed,
                 None if node.mamba_value is None else tuple(node.mamba_value.tolist()),
                 node.full_lock_ref,
                 node.mamba_lock_ref,
                 node.hit_count,
             )
-            for node, path in self._paths()
+            for node, placed in self._placed()
         )
         lru = (len(self.cache.full_lru), len(self.cache.mamba_lru))
         return (nodes, self.sizes(), self.mamba_sizes(), lru, len(self.evicted_ids))

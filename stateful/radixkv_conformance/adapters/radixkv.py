@@ -19,6 +19,7 @@ import torch
 import radixkv
 from radixkv.events import EventRecorder, KVCacheEvent, RouterFilter, to_wire
 from radixkv.tree import TreeNode, iter_subtree, path_to_root
+from radixkv_conformance.adapters._calls import MambaCalls, RefCountedCalls
 from radixkv_conformance.adapters._radixkv_tree import (
     CanonicalTree,
     mamba_path,
@@ -26,7 +27,6 @@ from radixkv_conformance.adapters._radixkv_tree import (
     paths_below,
     ranks,
 )
-from radixkv_conformance.adapters._ref_counted import RefCountedCalls
 from radixkv_conformance.profile import RADIXKV, RADIXKV_MAMBA, RADIXKV_POLICIES, RADIXKV_SWA
 from radixkv_conformance.protocol import (
     Evicted,
@@ -132,6 +132,19 @@ class _OwnCacheAdapter(EventStreams, RefCountedCalls):
     caller's buffers, the cache's own invariant check and events."""
 
     usage_errors: tuple[type[BaseException], ...] = (radixkv.UsageError,)
+    capabilities = frozenset(
+        {
+            "namespaces",
+            "reset",
+            "bad_input",
+            "unlock_checks",
+            "stale_handles",
+            "on_node_evict",
+            "caller_buffers",
+            "events",
+            "router_events",
+        }
+    )
     cache: radixkv.RadixCache | radixkv.MambaRadixCache
 
     def __init__(self, page_size: int) -> None:
@@ -189,20 +202,7 @@ def _node_state(node: TreeNode, *extra: object) -> tuple[object, ...]:
 class RadixCacheAdapter(_OwnCacheAdapter):
     """radixkv's RadixCache (no window)."""
 
-    capabilities = frozenset(
-        {
-            "namespaces",
-            "hashing",
-            "reset",
-            "bad_input",
-            "unlock_checks",
-            "stale_handles",
-            "on_node_evict",
-            "caller_buffers",
-            "events",
-            "router_events",
-        }
-    )
+    capabilities = _OwnCacheAdapter.capabilities | {"hashing"}
     notes = "page_hashes asks for the deepest node's hashes first (order must not matter)"
 
     cache: radixkv.RadixCache
@@ -349,23 +349,10 @@ class SlidingWindowAdapter(RadixCacheAdapter):
         return [start for _, start in nodes_along(self.cache.root, tokens, namespace)]
 
 
-class MambaAdapter(_OwnCacheAdapter):
+class MambaAdapter(MambaCalls, _OwnCacheAdapter):
     """radixkv's MambaRadixCache; state slots come from the kit's host."""
 
-    capabilities = frozenset(
-        {
-            "namespaces",
-            "reset",
-            "bad_input",
-            "unlock_checks",
-            "stale_handles",
-            "on_node_evict",
-            "caller_buffers",
-            "mamba",
-            "events",
-            "router_events",
-        }
-    )
+    capabilities = _OwnCacheAdapter.capabilities | {"mamba"}
 
     cache: radixkv.MambaRadixCache
 
@@ -399,9 +386,6 @@ class MambaAdapter(_OwnCacheAdapter):
         r = self.cache.evict(num_tokens, mamba_slots)
         return Evicted(r.full_evicted, 0, r.mamba_evicted)
 
-    def mamba_sizes(self) -> tuple[int, int]:
-        return self.cache.mamba_evictable_size(), self.cache.mamba_protected_size()
-
     def mamba_contents(self) -> dict[PagePlace, tuple[tuple[int, ...], int | None]]:
         out: dict[PagePlace, tuple[tuple[int, ...], int | None]] = {}
         p = self.page_size
@@ -414,9 +398,6 @@ class MambaAdapter(_OwnCacheAdapter):
                 slot = node.slot if end == len(path) else None
                 out[(node.extra_key, path[:end])] = (values[end - start - p : end - start], slot)
         return out
-
-    def contents(self) -> dict[PagePlace, tuple[int, ...]]:
-        return {place: indices for place, (indices, _) in self.mamba_contents().items()}
 
     def lru_orders(self) -> tuple[list[PagePlace], list[PagePlace]]:
         return (

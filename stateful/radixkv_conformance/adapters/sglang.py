@@ -18,8 +18,8 @@ from typing import Any
 
 import torch
 
-from radixkv_conformance.adapters._ref_counted import RefCountedCalls
-from radixkv_conformance.adapters._sglang_import import import_module
+from radixkv_conformance.adapters._calls import HostFrees, RefCountedCalls
+from radixkv_conformance.adapters._sglang_import import USAGE_ERRORS, import_module
 from radixkv_conformance.profile import SGLANG
 from radixkv_conformance.protocol import Host
 from radixkv_conformance.protocol import TokenPlace as Slot
@@ -56,36 +56,17 @@ radix_cache = import_module("sglang.srt.mem_cache.radix_cache", SHELLS, STUBS)
 base = import_module("sglang.srt.mem_cache.base_prefix_cache", SHELLS, STUBS)
 
 
-class _HostAllocator:
-    """The KV pool sglang frees into: forwards every freed index to the machine."""
-
-    def __init__(self, host: Host) -> None:
-        self.host = host
-        self.device = torch.device("cpu")
-
-    def free(self, indices: torch.Tensor) -> None:
-        self.host.free(tuple(int(i) for i in indices.tolist()))
-
-    def free_segment(self, indices: torch.Tensor, start_pos: int = 0) -> None:
-        self.free(indices[start_pos:])
-
-
 class SglangRadixCacheAdapter(RefCountedCalls):
     """Token tuples become ``array('q')`` keys, indices int64 tensors, as sglang's callers do."""
 
     capabilities = frozenset({"namespaces", "reset", "bad_input", "unlock_checks"})
-    usage_errors: tuple[type[BaseException], ...] = (
-        ValueError,
-        TypeError,
-        OverflowError,
-        AssertionError,
-    )
+    usage_errors = USAGE_ERRORS
     notes = NOTES
 
     def __init__(self, page_size: int, host: Host) -> None:
         self.page_size = page_size
         self.cache = radix_cache.RadixCache.create_simulated(
-            mock_allocator=_HostAllocator(host), page_size=page_size
+            mock_allocator=HostFrees(host), page_size=page_size
         )
 
     def _key(self, tokens: tuple[Any, ...], namespace: Any) -> Any:

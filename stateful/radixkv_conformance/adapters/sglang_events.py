@@ -31,6 +31,7 @@ from typing import Any
 import msgspec
 
 from radixkv_conformance.adapters import sglang as python_tree
+from radixkv_conformance.adapters._calls import HostFrees
 from radixkv_conformance.adapters._sglang_import import Stub
 from radixkv_conformance.profile import SGLANG
 from radixkv_conformance.protocol import Host
@@ -92,7 +93,7 @@ class SglangEventsAdapter(python_tree.SglangRadixCacheAdapter):
     def __init__(self, page_size: int, host: Host) -> None:
         self.page_size = page_size
         self.cache = radix_cache.RadixCache.create_simulated(
-            mock_allocator=python_tree._HostAllocator(host),
+            mock_allocator=HostFrees(host),
             page_size=page_size,
             enable_kv_cache_events=True,
         )

@@ -39,6 +39,7 @@ from typing import Any
 
 import torch
 
+from radixkv_conformance.adapters._calls import MambaCalls
 from radixkv_conformance.adapters._sglang_picture import TreePicture
 from radixkv_conformance.adapters._sglang_unified import (
     FULL,
@@ -161,7 +162,7 @@ class _Request:
         self.kv = _RequestKV()
 
 
-class SglangMambaAdapter(UnifiedAdapter):
+class SglangMambaAdapter(MambaCalls, UnifiedAdapter):
     capabilities = frozenset({"namespaces", "reset", "mamba"})
     notes = NOTES
 
@@ -297,12 +298,6 @@ class SglangMambaAdapter(UnifiedAdapter):
                 place = (node.key.extra_key, path[: start + at + p])
                 out[place] = (values[at : at + p], slot if last else None)
         return out
-
-    def contents(self) -> dict[PagePlace, Indices]:
-        return {place: indices for place, (indices, _) in self.mamba_contents().items()}
-
-    def mamba_sizes(self) -> tuple[int, int]:
-        return (self.cache.mamba_evictable_size(), self.cache.mamba_protected_size())
 
     def lock_counts(self) -> list[tuple[int, int]]:
         return [_locks(node) for node, _ in self._nodes()]

@@ -47,7 +47,7 @@ from typing import Any
 import torch
 
 from radixkv_conformance.adapters import sglang as python_tree
-from radixkv_conformance.adapters._sglang_import import import_module
+from radixkv_conformance.adapters._sglang_import import USAGE_ERRORS, import_module
 from radixkv_conformance.profile import LRU_SPLIT_REFRESHES_BOTH, Profile
 from radixkv_conformance.protocol import Host, Sizes
 from radixkv_conformance.protocol import TokenPlace as Slot
@@ -101,12 +101,7 @@ class _Allocator:
 class SglangRustTreeCoreAdapter:
     """Token tuples become ``array('q')`` keys, node handles are the core's integer ids."""
 
-    usage_errors: tuple[type[BaseException], ...] = (
-        ValueError,
-        TypeError,
-        OverflowError,
-        AssertionError,
-    )
+    usage_errors = USAGE_ERRORS
     capabilities = CAPABILITIES
     notes = NOTES
 

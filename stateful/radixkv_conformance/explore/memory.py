@@ -29,6 +29,7 @@ in the canonical form beside this picture for what Python cannot see.
 from __future__ import annotations
 
 import enum
+import functools
 import logging
 import types
 from collections import deque
@@ -58,7 +59,8 @@ def memory_picture(root: Any, stops: tuple[type, ...]) -> tuple[Hashable, ...]:
     at = 0
     while at < len(walk.objects):
         value = walk.objects[at]
-        entries.append(_entry_of(type(value))(walk, value))
+        kind: type = type(value)
+        entries.append(_entry_of(kind)(walk, value))
         at += 1
     return tuple(entries)
 
@@ -97,7 +99,6 @@ class _Walk:
 
 
 _LEAVES: dict[tuple[type, tuple[type, ...]], Leaf | None] = {}
-_ENTRIES: dict[type, Entry] = {}
 
 
 def _leaf_of(kind: type, stops: tuple[type, ...]) -> Leaf | None:
@@ -133,15 +134,9 @@ def _leaf(kind: type, stops: tuple[type, ...]) -> Leaf | None:
     return lambda value: ("opaque", name, _text(value))
 
 
+@functools.cache
 def _entry_of(kind: type) -> Entry:
     """How an object of ``kind`` is listed: its items or its fields, decided once."""
-    found = _ENTRIES.get(kind)
-    if found is None:
-        found = _ENTRIES[kind] = _entry(kind)
-    return found
-
-
-def _entry(kind: type) -> Entry:
     name = kind.__name__
     if issubclass(kind, dict):
         return lambda walk, value: (name, *[(walk.ref(k), walk.ref(v)) for k, v in value.items()])
