@@ -13,6 +13,7 @@ Not to be confused with the *Hypothesis* settings profiles in
 
 from __future__ import annotations
 
+import typing
 from dataclasses import dataclass, replace
 from typing import Literal
 
@@ -49,16 +50,9 @@ LockModel = Literal["counts", "sets"]
 SwaLockTokens = Literal["exact", "optional"]
 SwaDeadInsert = Literal["dropped", "tombstoned"]
 SwaTombstoneLocks = Literal["refused", "accepted"]
-SWA_WINDOW_TOMBSTONES = ("stop", "count", "skip")  # radixkv_spec.swa_window.WindowTombstones
 MambaInsertState = Literal["optional", "required"]
 MambaTombstoneLeaves = Literal["deleted", "kept"]
 MambaTombstoneLocks = Literal["refused", "accepted"]
-MAMBA_CHOICES: dict[str, tuple[str, ...]] = {
-    "mamba_insert_state": ("optional", "required"),
-    "mamba_tombstone_leaves": ("deleted", "kept"),
-    "mamba_tombstone_locks": ("refused", "accepted"),
-    "mamba_state_recency": ("path", "own"),
-}
 
 __all__ = [
     "ANY_LEAF",
@@ -212,53 +206,17 @@ class Profile:
             raise ValueError(f"page_sizes must be positive, got {self.page_sizes}")
         if not self.windows or min(self.windows) < 1:
             raise ValueError(f"windows must be positive, got {self.windows}")
-        if self.duplicates not in ("caller", "cache", "kept"):
-            raise ValueError(f"duplicates must be caller, cache or kept: {self.duplicates!r}")
-        if self.lock_model not in ("counts", "sets"):
-            raise ValueError(f"lock_model must be counts or sets: {self.lock_model!r}")
-        if self.swa_dead_insert not in ("dropped", "tombstoned"):
-            raise ValueError(
-                f"swa_dead_insert must be dropped or tombstoned: {self.swa_dead_insert!r}"
-            )
-        if self.swa_tombstone_locks not in ("refused", "accepted"):
-            raise ValueError(
-                f"swa_tombstone_locks must be refused or accepted: {self.swa_tombstone_locks!r}"
-            )
-        if self.swa_window_tombstones not in SWA_WINDOW_TOMBSTONES:
-            raise ValueError(
-                f"swa_window_tombstones must be {', '.join(SWA_WINDOW_TOMBSTONES)}: "
-                f"{self.swa_window_tombstones!r}"
-            )
-        for name, choices in MAMBA_CHOICES.items():
-            if getattr(self, name) not in choices:
-                raise ValueError(f"{name} must be {' or '.join(choices)}: {getattr(self, name)!r}")
-        if self.swa_lock_tokens not in ("exact", "optional"):
-            raise ValueError(f"swa_lock_tokens must be exact or optional: {self.swa_lock_tokens!r}")
+        for name, words in ONE_OF.items():
+            if (value := getattr(self, name)) not in words:
+                either = ", ".join(words[:-1]) + " or " + words[-1]
+                raise ValueError(f"{name} must be {either}: {value!r}")
         if "insert" not in self.refresh_on or not self.refresh_on <= REFRESHES:
             raise ValueError(f"refresh_on must hold insert, within {sorted(REFRESHES)}")
-        for field, value in (
-            ("event_hashes", self.event_hashes),
-            ("page_hashes", self.page_hashes),
-        ):
-            if value not in ("radixkv", "opaque"):
-                raise ValueError(f"{field} must be radixkv or opaque: {value!r}")
-        if self.event_layout not in ("sglang", "vllm"):
-            raise ValueError(f"event_layout must be sglang or vllm: {self.event_layout!r}")
-        if self.allocation not in ("caller", "cache"):
-            raise ValueError(f"allocation must be caller or cache: {self.allocation!r}")
-        if self.unaligned_tail not in ("caller", "block"):
-            raise ValueError(f"unaligned_tail must be caller or block: {self.unaligned_tail!r}")
         if self.unaligned_tail == "block" and self.allocation != "cache":
             raise ValueError(
                 "unaligned_tail='block' is for a cache that allocates (allocation='cache'); "
                 f"allocation is {self.allocation!r}"
             )
-        if self.reset_while_held not in ("resets", "refused"):
-            raise ValueError(
-                f"reset_while_held must be resets or refused: {self.reset_while_held!r}"
-            )
-        if self.eviction_report not in ("per-node", "flat"):
-            raise ValueError(f"eviction_report must be per-node or flat: {self.eviction_report!r}")
         if not self.bad_tokens:
             raise ValueError("bad_tokens must name at least one token the engine refuses")
         if not self.namespaces or not all(n is None or isinstance(n, str) for n in self.namespaces):
@@ -270,6 +228,15 @@ class Profile:
         """The same profile with some policies changed."""
         return replace(self, **changes)  # type: ignore[arg-type]  # dataclasses.replace is untyped per field
 
+
+ONE_OF: dict[str, tuple[str, ...]] = {
+    name: typing.get_args(hint)
+    for name, hint in typing.get_type_hints(Profile).items()
+    if typing.get_origin(hint) is Literal
+}
+"""Each policy that is one of a few words, with its words (read from its annotation)."""
+MAMBA_CHOICES = {name: words for name, words in ONE_OF.items() if name.startswith("mamba_")}
+"""The Mamba model's habits (``mamba_*``), with the words each may be."""
 
 RADIXKV = Profile(
     "radixkv",

@@ -117,12 +117,40 @@ def machine_for(
     front). Distinct names keep Hypothesis' example databases apart.
     """
     claims = probe_capabilities(factory, profile) if capabilities is None else capabilities
+    rules = rule_set(claims)
+    _check_claims(claims, profile, rules)
+    receipts = "unlock_checks" in claims and profile.lock_model == "sets"
+    watched = tuple(declared(claims, profile.stores, profile.allocation))
+    lru = profile.victims.name.startswith("lru")  # recency decides a victim
+    session = Session(
+        factory,
+        profile,
+        claims,
+        known,
+        progress=progress,
+        name=name,
+        situations=watched,
+        decisive=decisive(lru) if profile.stores else (),
+    )
+    # the rule sets of capabilities beside the mode's, then the mode's own
+    beside = (
+        *((ReceiptRules,) if receipts else ()),
+        *((EventsRules,) if "events" in claims else ()),
+    )
+    invariants = rules.invariant_names + tuple(n for extra in beside for n in extra.own_invariants)
+    return type(name, (*beside, rules), {"session": session, "invariant_names": invariants})
+
+
+def _check_claims(
+    claims: frozenset[str], profile: Profile, rules: type[ConformanceMachine]
+) -> None:
+    """``AdapterError`` for capabilities that do not go together, or with the profile, or
+    that the mode's rule set cannot judge: before any machine is built."""
     if "node_boundaries" in claims and "swa" not in claims:
         raise AdapterError(  # only an SWA lock's extent depends on where the nodes begin
             "capability 'node_boundaries' places each SWA lock's window on the cache's nodes: "
             "it needs capability 'swa'"
         )
-    rules = rule_set(claims)
     if rules.mode != "plain" and profile.refresh_on != DEFAULT_REFRESH:
         raise AdapterError(  # its model knows no other refresh: it would judge by its own
             f"the {rules.mode} rule set's model refreshes recency on every match and insert "
@@ -146,22 +174,3 @@ def machine_for(
         raise AdapterError(
             "capability 'router_events' is the events stream after a filter: it needs 'events'"
         )
-    watched = tuple(declared(claims, profile.stores, profile.allocation))
-    lru = profile.victims.name.startswith("lru")  # recency decides a victim
-    session = Session(
-        factory,
-        profile,
-        claims,
-        known,
-        progress=progress,
-        name=name,
-        situations=watched,
-        decisive=decisive(lru) if profile.stores else (),
-    )
-    # the rule sets of capabilities beside the mode's, then the mode's own
-    beside = (
-        *((ReceiptRules,) if receipts else ()),
-        *((EventsRules,) if "events" in claims else ()),
-    )
-    invariants = rules.invariant_names + tuple(n for extra in beside for n in extra.own_invariants)
-    return type(name, (*beside, rules), {"session": session, "invariant_names": invariants})

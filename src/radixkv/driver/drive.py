@@ -143,48 +143,63 @@ def add_parser(commands: Any) -> None:
         description=HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    cmd.add_argument(
+    _the_trace(cmd.add_argument_group("the trace"))
+    _the_cache(cmd.add_argument_group("the cache"))
+    _the_events(cmd.add_argument_group("KV events"))
+    _the_sweeps(cmd.add_argument_group("sweeps and plots"))
+
+
+def _the_trace(group: argparse._ArgumentGroup) -> None:
+    group.add_argument(
+        "--seed", type=int, default=0, help="the trace's seed (default: %(default)s)"
+    )
+    group.add_argument("--requests", type=int, default=2000, help="requests (default: %(default)s)")
+    group.add_argument(
+        "--prompt-len", type=int, default=2048, help="typical prompt length (default: %(default)s)"
+    )
+    group.add_argument(
+        "--batch", type=int, default=8, help="requests in flight together (default: %(default)s)"
+    )
+    group.add_argument(
+        "--no-progress", action="store_true", help="no progress bar even on a terminal"
+    )
+
+
+def _the_cache(group: argparse._ArgumentGroup) -> None:
+    group.add_argument(
         "--cache",
         choices=sorted(CACHES),
         default="radixkv",
         help="the cache to replay (default: %(default)s)",
     )
-    cmd.add_argument("--seed", type=int, default=0, help="the trace's seed (default: %(default)s)")
-    cmd.add_argument("--requests", type=int, default=2000, help="requests (default: %(default)s)")
-    cmd.add_argument(
-        "--prompt-len", type=int, default=2048, help="typical prompt length (default: %(default)s)"
-    )
-    cmd.add_argument("--page-size", type=int, default=1, help="page size (default: %(default)s)")
-    cmd.add_argument(
+    group.add_argument("--page-size", type=int, default=1, help="page size (default: %(default)s)")
+    group.add_argument(
         "--pool-size",
         type=int,
         default=None,
         help="KV pool in tokens (default: 48 typical prompts, 98,304 at the default length)",
     )
-    cmd.add_argument(
-        "--batch", type=int, default=8, help="requests in flight together (default: %(default)s)"
-    )
-    cmd.add_argument(
+    group.add_argument(
         "--device",
         default="cpu",
         help="where the KV indices live; on cuda a host sync is an error (default: %(default)s)",
     )
-    cmd.add_argument(
+    group.add_argument(
         "--policy",
         choices=sorted(POLICIES),
         default=None,
         help="radixkv's eviction policy (default: lru); priority orders by request kind",
     )
-    cmd.add_argument(
-        "--no-progress", action="store_true", help="no progress bar even on a terminal"
-    )
-    cmd.add_argument(
+
+
+def _the_events(group: argparse._ArgumentGroup) -> None:
+    group.add_argument(
         "--events",
         metavar="ENDPOINT",
         help="publish the cache's KV events over ZeroMQ while replaying, e.g. "
         "tcp://127.0.0.1:5557 (needs pyzmq and msgspec: pip install 'radixkv[events]')",
     )
-    cmd.add_argument(
+    group.add_argument(
         "--events-wait",
         type=float,
         default=10.0,
@@ -192,19 +207,22 @@ def add_parser(commands: Any) -> None:
         help="with --events, wait this long for a subscriber before replaying; 0: do not "
         "wait (default: %(default)s)",
     )
-    cmd.add_argument(
+
+
+def _the_sweeps(group: argparse._ArgumentGroup) -> None:
+    group.add_argument(
         "--policy-plot",
         metavar="FILE",
         help="also replay the trace under every policy and pool size: a table, and a PNG of "
         "hit rate against pool size per policy with matplotlib (else its data as CSV)",
     )
-    cmd.add_argument(
+    group.add_argument(
         "--plot",
         metavar="FILE",
         help="also sweep pool size and prompt length for --cache and every --compare cache "
         "and draw them on the same axes: a PNG with matplotlib, else the data as CSV",
     )
-    cmd.add_argument(
+    group.add_argument(
         "--compare",
         action="append",
         default=[],
@@ -212,7 +230,7 @@ def add_parser(commands: Any) -> None:
         help="a cache to sweep beside --cache for --plot: a name above or MODULE:FACTORY "
         "(repeatable)",
     )
-    cmd.add_argument(
+    group.add_argument(
         "--repeats",
         type=_at_least_one,
         default=3,
@@ -254,57 +272,16 @@ def command(args: argparse.Namespace) -> int:
     """Run ``radixkv drive`` with parsed ``args``: a usage error, a cache it would
     replay that needs a module not installed, or ``--events`` without the events extra, is
     one line on stderr and status 2, before any work."""
-    cfg = WorkloadConfig(seed=args.seed, requests=args.requests, prompt_len=args.prompt_len)
-    pool = args.pool_size or args.prompt_len * 48
-    if args.compare and not args.plot:
-        print("radixkv drive: --compare applies to --plot", file=sys.stderr)
-        return 2
-    if args.policy is not None and args.cache not in POLICY_CACHES:
-        print(f"radixkv drive: --policy applies to {sorted(POLICY_CACHES)}", file=sys.stderr)
-        return 2
     try:  # every cache it will replay, resolved and found installed before any work
-        peers = [resolve_cache(name) for name in args.compare]
-    except (ImportError, LookupError) as missing:  # not there, or a name no cache has
-        print(f"radixkv drive: --compare: {missing}", file=sys.stderr)
+        peers = _checked(args)
+    except _UsageError as error:
+        print(f"radixkv drive: {error}", file=sys.stderr)
         return 2
-    for flag, name in [("--cache", args.cache), *(("--compare", peer) for peer in peers)]:
-        lacking = missing_requirements(name)
-        if lacking:
-            needs = ", ".join(module for module, _ in lacking)
-            how = "; ".join(dict.fromkeys(hint for _, hint in lacking))
-            print(
-                f"radixkv drive: {flag} {name} needs {needs}, not installed: {how}",
-                file=sys.stderr,
-            )
-            return 2
-    unavailable = events_unavailable() if args.events else None
-    if unavailable is not None:  # once, before the trace's header: nothing was replayed
-        print(f"radixkv drive: {unavailable}", file=sys.stderr)
-        return 2
+    cfg = WorkloadConfig(seed=args.seed, requests=args.requests, prompt_len=args.prompt_len)
     torch.set_num_threads(1)  # the benchmark's setting; the library never changes it
     print(f"trace: seed {cfg.seed}, {cfg.requests} requests of ~{cfg.prompt_len} tokens")
     print(f"trace sha256 {trace_digest(cfg)}")
-    quiet = args.no_progress or cfg.requests < 200 or not sys.stderr.isatty()
-    bar = None if quiet else _progress_bar(cfg.requests)  # a bar only on a terminal
-    with contextlib.ExitStack() as stack:
-        events = _publisher(args, stack) if args.events else None
-        report = replay(
-            args.cache,
-            generate(cfg),
-            page_size=args.page_size,
-            pool_size=pool,
-            batch=args.batch,
-            progress=bar,
-            device=args.device,
-            policy=args.policy,
-            events=events,
-        )
-        if events is not None:
-            print(f"events: {events.events_sent} in {events.next_seq} batches")
-    if bar is not None:
-        print(file=sys.stderr)
-    print(report.render())
-    print(f"prefix-length digest {report.prefix_digest}")
+    _replay_once(args, cfg)
     if args.plot:
         caches = [args.cache, *peers]
         sweeps = [
@@ -319,6 +296,60 @@ def command(args: argparse.Namespace) -> int:
         print(policy_table(sweep, cfg.prompt_len))
         plot_policies(sweep, Path(args.policy_plot), f"{cache}, {trace_label(cfg)}")
     return 0
+
+
+class _UsageError(Exception):
+    """What ``radixkv drive`` refuses before any work, in one line."""
+
+
+def _checked(args: argparse.Namespace) -> list[str]:
+    """The ``--compare`` caches, resolved; ``_UsageError`` for flags that do not go
+    together, a cache no name or module gives, one that needs a module not installed, or
+    ``--events`` without the events extra."""
+    if args.compare and not args.plot:
+        raise _UsageError("--compare applies to --plot")
+    if args.policy is not None and args.cache not in POLICY_CACHES:
+        raise _UsageError(f"--policy applies to {sorted(POLICY_CACHES)}")
+    try:
+        peers = [resolve_cache(name) for name in args.compare]
+    except (ImportError, LookupError) as missing:  # not there, or a name no cache has
+        raise _UsageError(f"--compare: {missing}") from None
+    for flag, name in [("--cache", args.cache), *(("--compare", peer) for peer in peers)]:
+        lacking = missing_requirements(name)
+        if lacking:
+            needs = ", ".join(module for module, _ in lacking)
+            how = "; ".join(dict.fromkeys(hint for _, hint in lacking))
+            raise _UsageError(f"{flag} {name} needs {needs}, not installed: {how}")
+    unavailable = events_unavailable() if args.events else None
+    if unavailable is not None:  # once, before the trace's header: nothing was replayed
+        raise _UsageError(unavailable)
+    return peers
+
+
+def _replay_once(args: argparse.Namespace, cfg: WorkloadConfig) -> None:
+    """Replay the trace through ``--cache`` (publishing its events with ``--events``) and
+    print its report."""
+    quiet = args.no_progress or cfg.requests < 200 or not sys.stderr.isatty()
+    bar = None if quiet else _progress_bar(cfg.requests)  # a bar only on a terminal
+    with contextlib.ExitStack() as stack:
+        events = _publisher(args, stack) if args.events else None
+        report = replay(
+            args.cache,
+            generate(cfg),
+            page_size=args.page_size,
+            pool_size=args.pool_size or args.prompt_len * 48,
+            batch=args.batch,
+            progress=bar,
+            device=args.device,
+            policy=args.policy,
+            events=events,
+        )
+        if events is not None:
+            print(f"events: {events.events_sent} in {events.next_seq} batches")
+    if bar is not None:
+        print(file=sys.stderr)
+    print(report.render())
+    print(f"prefix-length digest {report.prefix_digest}")
 
 
 EVENTS_NEEDS = (("zmq", "pyzmq"), ("msgspec", "msgspec"))

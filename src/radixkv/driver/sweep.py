@@ -283,6 +283,20 @@ def draw_sweep(
         ylabel="requests/s (cache CPU time; band: slowest to fastest run)",
         title=f"speed against prompt length (pool: {SPEED_POOL_PROMPTS} prompts)",
     )
+    _draw_ratios(ratio, sweeps, styles, length_ticks)
+    for axes in (hits, speed, ratio):
+        axes.grid(True, alpha=0.3)
+        axes.legend()
+    figure.suptitle(sweep_title(cfg, page_size, batch, [s.cache for s in sweeps]))
+    figure.tight_layout()
+    return figure
+
+
+def _draw_ratios(
+    ratio: Any, sweeps: list[CacheSweep], styles: dict[str, dict[str, Any]], ticks: list[int]
+) -> None:
+    """The third panel: the first cache's speed over each peer's, a band from the slowest
+    to the fastest ratio, each point labelled (alternate peers above and below)."""
     ranges = ratio_ranges(sweeps)
     for n, (peer, points) in enumerate(speed_ratios(sweeps).items()):
         ratio.plot(*zip(*points, strict=True), label=f"÷ {peer}", **styles[peer])
@@ -302,18 +316,12 @@ def draw_sweep(
             )
     ratio.axhline(1.0, color="grey", linewidth=0.8)
     ratio.margins(y=0.15)
-    _log2_ticks(ratio, length_ticks)
+    _log2_ticks(ratio, ticks)
     ratio.set(
         xlabel="typical prompt length (tokens)",
         ylabel=f"{sweeps[0].cache} requests/s ÷ peer's",
         title=f"{sweeps[0].cache}'s speed over each peer's (above 1: faster)",
     )
-    for axes in (hits, speed, ratio):
-        axes.grid(True, alpha=0.3)
-        axes.legend()
-    figure.suptitle(sweep_title(cfg, page_size, batch, [s.cache for s in sweeps]))
-    figure.tight_layout()
-    return figure
 
 
 def _style(n: int) -> dict[str, Any]:

@@ -90,19 +90,22 @@ class PlainRules(ConformanceMachine):
                 got.prefix_len is None or got.prefix_len == len(prefix),
                 f"INV-12: prefix_len {got.prefix_len}, spec says {len(prefix)}",
             )
-            new = tuple(got.indices[len(prefix) :])
-            cached = self.model.cached_indices()
-            reused = sorted(i for i in new if i in cached)
-            if reused:  # the spec cannot adopt them: this run ends here, acknowledged or not
-                self.require(False, f"INV-7: insert's new pages take cached {reused}", "shared")
-                end_run()
-            self.given.update(new)
-            self.freed.difference_update(new)  # the cache reuses what it freed before
-            self.next_index = max(self.next_index, max(new, default=-1) + 1)
+            self.adopt_cache_indices(tuple(got.indices[len(prefix) :]))
             self.model.insert(namespace, tokens, tuple(got.indices), **options)
             self.keys_seen.append(tokens)
             self.count("insert")
             return self.ref(got.handle, namespace, key)
+
+    def adopt_cache_indices(self, new: tuple[int, ...]) -> None:
+        """Record the indices a cache that allocates its own gave an insert's new pages: none
+        may be one it caches already (INV-7; the spec cannot adopt it, so the run ends)."""
+        cached = self.model.cached_indices()
+        reused = sorted(i for i in new if i in cached)
+        if reused:  # this run ends here, acknowledged or not
+            self.require(False, f"INV-7: insert's new pages take cached {reused}", "shared")
+            end_run()
+        self.freed.difference_update(new)  # the cache reuses what it freed before
+        self.hand_out(new)
 
     def room_for(self, namespace: Namespace, tokens: tuple[int, ...]) -> tuple[int, int | None]:
         """The pages an insert of ``tokens`` needs and those the spec finds for it in the
