@@ -235,12 +235,17 @@ class TreePicture:
         self.numbers[id(value)] = len(self.numbers)
         self.held.append(value)
         # the number is implicit: the objects first met, counted in the picture's order
+        return self._first_met(value, how, field)
+
+    def _first_met(self, value: Any, how: str, field: str) -> Hashable:
+        """A container or object met for the first time, by what it holds."""
+        name = type(value).__name__
         if how == "dict":
-            return ("dict", kind.__name__, self._default(value), *self._items(value, field))
+            return ("dict", name, self._default(value), *self._items(value, field))
         if how == "list":
             if len(value) > 4 and sum(v is None for v in value) * 2 > len(value):
-                return ("sparse", kind.__name__, len(value), *self._sparse(value, field))
-            return ("list", kind.__name__, *[self.value(v, field) for v in value])
+                return ("sparse", name, len(value), *self._sparse(value, field))
+            return ("list", name, *[self.value(v, field) for v in value])
         if how == "set":
             return ("set", *sorted([self.value(v) for v in value], key=repr))
         if how == "dataclass" and _at_defaults(value):
@@ -248,11 +253,11 @@ class TreePicture:
                 if type(v) not in _SCALARS and type(v) is not int:
                     self.numbers.setdefault(id(v), len(self.numbers))
                     self.held.append(v)
-            return ("object", kind.__name__, "at its defaults")
+            return ("object", name, "at its defaults")
         fields = self._fields(value)
         if fields is None:  # state Python cannot read (an iterator): never merged
-            return ("unpicturable", kind.__name__, next(_UNIQUE))
-        return ("object", kind.__name__, *fields)
+            return ("unpicturable", name, next(_UNIQUE))
+        return ("object", name, *fields)
 
     def _sparse(self, value: Any, field: str) -> list[Hashable]:
         """A list of mostly None (a node's LRU links): its other items with their places."""
