@@ -73,9 +73,9 @@ def test_nothing_is_written_into_the_users_folder_but_traces(tmp_path: Path) -> 
     ("option", "said"),
     [
         (["--uncovered-ok", "no-such-situation"], "unknown situation"),
-        (["--budget", "0"], "above 0"),
-        (["--budget", "-3"], "above 0"),
-        (["--budget", "soon"], "above 0"),
+        (["--budget", "0"], "expected seconds above zero, got 0"),
+        (["--budget", "-3"], "expected seconds above zero, got -3"),
+        (["--budget", "soon"], "expected seconds, got 'soon'"),
         (["--max-failures", "0"], "above 0"),
     ],
 )
