@@ -22,9 +22,11 @@ def require(inv_id: str, condition: bool, message: str) -> None:
         raise InvariantViolation(inv_id, message)
 
 
-def check_tree(tree: Tree[Any]) -> None:
-    """INV-1..9 on ``tree``, and its evictable-leaf set and heap (INV-6)."""
-    _check_shape_and_sizes(tree)
+def check_tree(tree: Tree[Any], *, trie: bool = False) -> None:
+    """INV-1..9 on ``tree``, and its evictable-leaf set and heap (INV-6). A ``trie``'s
+    nodes (RadixTrie's) hold blocks, not KV indices, and count the sequences using them,
+    not held locks: INV-2's value shape, INV-5 and INV-7 are then the trie's to check."""
+    _check_shape_and_sizes(tree, trie)
     leaves = {n for n in tree.nodes() if tree.is_evictable_leaf(n)}
     require("INV-6", tree.leaves == leaves, "the evictable-leaf set is stale")
     queued = tree.queued()
@@ -32,7 +34,7 @@ def check_tree(tree: Tree[Any]) -> None:
     require("INV-6", fresh, "an evictable leaf is missing from the eviction heap")
 
 
-def _check_shape_and_sizes(tree: Tree[Any]) -> None:
+def _check_shape_and_sizes(tree: Tree[Any], trie: bool) -> None:
     root = tree.root
     require("INV-1", root.parent is None and len(root) == 0, "root has a parent or a key")
     form = type(root.data) is tuple  # one form per tree: packed (bytes, Ids32) or tuples
@@ -43,14 +45,15 @@ def _check_shape_and_sizes(tree: Tree[Any]) -> None:
     stack = [(child, root) for child in root.children.values()]
     while stack:
         node, parent = stack.pop()
-        _check_node(tree.page_size, node, parent)
+        _check_node(tree.page_size, node, parent, trie)
         require(
             "INV-2", (type(node.data) is tuple) == form, f"node {node.id} key data in another form"
         )
         require("INV-1", node.id not in ids, f"node id {node.id} used twice")
         ids.add(node.id)
-        assert node.value is not None
-        values.append(node.value)
+        if not trie:
+            assert node.value is not None
+            values.append(node.value)
         if node.lock_ref == 0:
             evictable += len(node)
         else:
@@ -71,7 +74,7 @@ def _check_shape_and_sizes(tree: Tree[Any]) -> None:
         require("INV-7", torch.unique(every).numel() == every.numel(), "an index is in two nodes")
 
 
-def _check_node(p: int, node: TreeNode, parent: TreeNode) -> None:
+def _check_node(p: int, node: TreeNode, parent: TreeNode, trie: bool) -> None:
     n = len(node)
     require("INV-2", n > 0 and n % p == 0, f"node {node.id} key length {n} (page_size {p})")
     stored = len(node.data)
@@ -81,7 +84,7 @@ def _check_node(p: int, node: TreeNode, parent: TreeNode) -> None:
     assert value is not None
     require(
         "INV-2",
-        value.dim() == 1 and value.dtype == torch.int64 and value.numel() == n,
+        trie or (value.dim() == 1 and value.dtype == torch.int64 and value.numel() == n),
         f"node {node.id} value {value.dtype}{tuple(value.shape)} for {n} tokens",
     )
     key = edge(node, p)
@@ -89,6 +92,17 @@ def _check_node(p: int, node: TreeNode, parent: TreeNode) -> None:
     require("INV-3", parent.children.get(key) is node, f"node {node.id} child key {key!r}")
     if parent.parent is not None:
         require("INV-4", node.extra_key == parent.extra_key, f"node {node.id} namespace")
+    if not trie:
+        _check_lock_counts(node)
+    require(
+        "INV-8",
+        parent.last_access_time >= node.last_access_time,
+        f"node {node.id} is more recent than its parent",
+    )
+    _check_hashes(node, parent, p)
+
+
+def _check_lock_counts(node: TreeNode) -> None:
     below = sum(child.lock_ref for child in node.children.values())
     require("INV-5", node.held_locks >= 0, f"node {node.id} held_locks {node.held_locks}")
     require(
@@ -96,12 +110,6 @@ def _check_node(p: int, node: TreeNode, parent: TreeNode) -> None:
         node.lock_ref == node.held_locks + below,
         f"node {node.id} lock_ref {node.lock_ref} != held {node.held_locks} + children {below}",
     )
-    require(
-        "INV-8",
-        parent.last_access_time >= node.last_access_time,
-        f"node {node.id} is more recent than its parent",
-    )
-    _check_hashes(node, parent, p)
 
 
 def _check_hashes(node: TreeNode, parent: TreeNode, page_size: int) -> None:

@@ -47,6 +47,7 @@ from radixkv.arguments import require_int
 from radixkv.base import RadixKey, empty_indices
 from radixkv.errors import LockError, TokenTypeError, UsageError
 from radixkv.events import EventListener, PageEvents
+from radixkv.invariants import check_tree, require
 from radixkv.keys import KeyData, KeyRead, Tokens, validate_tokens
 from radixkv.tree import Descent, Tree, TreeNode, depth_first, path_to_root
 
@@ -231,6 +232,39 @@ class RadixTrie:
     def get_evictable_blocks(self) -> set[Any]:
         """The blocks of nodes no sequence uses."""
         return {b for n in self.nodes() if not n.lock_ref for b in n.blocks}
+
+    # ---- debugging ---------------------------------------------------------------------
+
+    def check_invariants(self) -> None:
+        """Check the trie's tree (SPEC.md INV-1..9: its nodes hold blocks, not KV indices,
+        and count the sequences using them) and its blocks: one per page of each node
+        (INV-2), each node's lock count its sequences', a subset of its parent's (INV-5),
+        and the pages holding each block as ``get_all_blocks`` counts them (INV-7).
+        O(size of the trie).
+
+        For tests and the state machines: raises InvariantViolation naming the INV id.
+        """
+        check_tree(self.tree, trie=True)
+        p = self.page_size
+        for node in self.nodes():
+            require(
+                "INV-2",
+                len(node.blocks) * p == node.length,
+                f"node {node.id} holds {len(node.blocks)} blocks for {node.length} tokens",
+            )
+            require(
+                "INV-5",
+                node.lock_ref == len(node.active_seqs),
+                f"node {node.id} lock_ref {node.lock_ref} for {len(node.active_seqs)} sequences",
+            )
+            above = cast(TrieNode, node.parent)  # a node below the root has a parent
+            require(
+                "INV-5",
+                above.parent is None or node.active_seqs <= above.active_seqs,
+                f"node {node.id} is used by a sequence its parent is not",
+            )
+        held = Counter(block for node in self.nodes() for block in node.blocks)
+        require("INV-7", held == self._block_pages, "the pages counted per block are stale")
 
     # ---- display -----------------------------------------------------------------------
 

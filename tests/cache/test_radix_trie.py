@@ -14,7 +14,15 @@ from typing import Any
 import pytest
 import torch
 
-from radixkv import LockError, RadixTrie, StaleNodeError, TokenTypeError, TrieNode, UsageError
+from radixkv import (
+    InvariantViolation,
+    LockError,
+    RadixTrie,
+    StaleNodeError,
+    TokenTypeError,
+    TrieNode,
+    UsageError,
+)
 from radixkv.events import BlockRemoved, BlockStored, EventRecorder
 
 
@@ -369,3 +377,25 @@ def test_max_trie_api_names() -> None:
     trie.mark_not_in_use_by(node, seq_id=3)
     assert trie.evict_blocks(desired_num_evicted=1) == [0]
     assert importlib.import_module("radixkv").TrieNode is TrieNode
+
+
+def test_check_invariants_holds_through_trims_and_names_a_stale_count() -> None:
+    """The trie's own check (MAX's API shows neither its size counters nor its block
+    counts): it holds after a trim, a split and a lock, and names the count gone stale."""
+    trie = RadixTrie(2)
+    trie.insert([1, 2, 3, 4, 5, 6], ["a", "b", "c"])
+    assert trie.evict_blocks(1) == ["c"]  # a trim: the leaf keeps its first two pages
+    node, _ = trie.match_prefix([1, 2])  # a split
+    trie.mark_in_use_by(node, 7)
+    trie.check_invariants()
+    trie.tree.evictable_size += 2  # what a trim that forgot its counter leaves
+    with pytest.raises(InvariantViolation, match="INV-6"):
+        trie.check_invariants()
+    trie.tree.evictable_size -= 2
+    node.active_seqs.add(8)  # a sequence the lock count does not know
+    with pytest.raises(InvariantViolation, match="INV-5"):
+        trie.check_invariants()
+    node.active_seqs.discard(8)
+    trie._block_pages["a"] += 1
+    with pytest.raises(InvariantViolation, match="INV-7"):
+        trie.check_invariants()

@@ -83,6 +83,7 @@ class RadixTrieAdapter(MaxTrieCalls, EventStreams):
         return out
 
     def check(self) -> None:
+        self.trie.check_invariants()  # its tree and counters, which MAX's API never shows
         all_blocks, evictable = self.trie.get_all_blocks(), self.trie.get_evictable_blocks()
         assert evictable <= all_blocks, "evictable blocks that the trie does not hold"
 
