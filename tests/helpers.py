@@ -300,13 +300,13 @@ class HybridPool:
         batch = ids(indices)
         if len(set(batch)) != len(batch):
             raise SwaFreeError(f"{call}: an index repeats in one call: {batch}")
-        held, lacking = (
-            (self.swa, "SWA KV not held") if swa else (self.full, "full KV not allocated")
-        )
+        held = self.swa if swa else self.full
         if bad := [i for i in batch if not held.get(i, False)]:
+            lacking = "SWA KV not held" if swa else "full KV not allocated"
             raise SwaFreeError(f"{call}: {lacking} (double free?): {bad}")
         if bad := sorted(set(batch) & self._locked(swa=swa)):
-            raise SwaFreeError(f"{call}: a{'n SWA-' if swa else ' '}locked node still uses {bad}")
+            locked = "an SWA-locked" if swa else "a locked"
+            raise SwaFreeError(f"{call}: {locked} node still uses {bad}")
         return batch
 
     def caller_free(self, indices: torch.Tensor) -> None:

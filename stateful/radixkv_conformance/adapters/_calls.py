@@ -3,7 +3,7 @@
 - sglang's shape: radixkv's caches, sglang's Python ``RadixCache`` and pymllm's caches. A
   lock is ``inc_lock_ref``, an unlock ``dec_lock_ref``, and three counters give the sizes
   (two more, a Mamba cache's states).
-- A KV pool's side a cache frees into (``HostFrees``), forwarded to the kit's host.
+- ``HostFrees``: the KV pool a cache frees into, each free handed to the kit's host.
 - MAX's shape: MAX's own ``RadixTrie`` and radixkv's. A lock marks a path in use by a
   sequence, the sizes count blocks, and an eviction is asked for in blocks.
 """

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 
-def named_checkout(env: str, unset: str, holding: Path, *, below: Iterable[str] = ()) -> Path:
+def named_checkout(env: str, unset: str, holding: Path, *, below: tuple[str, ...] = ()) -> Path:
     """The folder the environment variable ``env`` names, or the first of its subfolders
     ``below``, that holds the file ``holding``.
 
