@@ -346,7 +346,9 @@ MUTANTS: tuple[Mutant, ...] = (
         "swa-match-ignores-tombstones",
         SWA,
         "        best, live = 0, None  # live",
-        "        return len(path)\n        best, live = 0, None  # live",
+        # every walked node valid, tombstone or not
+        "        return len(list(_segments(walk))), walk.partial is not None\n"
+        "        best, live = 0, None  # live",
         SWA_MACHINE,
     ),
     Mutant(
