@@ -117,8 +117,7 @@ def machine_for(
     front). Distinct names keep Hypothesis' example databases apart.
     """
     claims = probe_capabilities(factory, profile) if capabilities is None else capabilities
-    rules = rule_set(claims)
-    _check_claims(claims, profile, rules)
+    rules = _rules_for(claims, profile)
     receipts = "unlock_checks" in claims and profile.lock_model == "sets"
     watched = tuple(declared(claims, profile.stores, profile.allocation))
     lru = profile.victims.name.startswith("lru")  # recency decides a victim
@@ -141,16 +140,16 @@ def machine_for(
     return type(name, (*beside, rules), {"session": session, "invariant_names": invariants})
 
 
-def _check_claims(
-    claims: frozenset[str], profile: Profile, rules: type[ConformanceMachine]
-) -> None:
-    """``AdapterError`` for capabilities that do not go together, or with the profile, or
-    that the mode's rule set cannot judge: before any machine is built."""
+def _rules_for(claims: frozenset[str], profile: Profile) -> type[ConformanceMachine]:
+    """The rule set of the mode ``claims`` name; ``AdapterError`` for capabilities that do
+    not go together, or with the profile, or that the mode's rule set cannot judge: before
+    any machine is built."""
     if "node_boundaries" in claims and "swa" not in claims:
         raise AdapterError(  # only an SWA lock's extent depends on where the nodes begin
             "capability 'node_boundaries' places each SWA lock's window on the cache's nodes: "
             "it needs capability 'swa'"
         )
+    rules = rule_set(claims)
     if rules.mode != "plain" and profile.refresh_on != DEFAULT_REFRESH:
         raise AdapterError(  # its model knows no other refresh: it would judge by its own
             f"the {rules.mode} rule set's model refreshes recency on every match and insert "
@@ -174,3 +173,4 @@ def _check_claims(
         raise AdapterError(
             "capability 'router_events' is the events stream after a filter: it needs 'events'"
         )
+    return rules
