@@ -176,10 +176,10 @@ def _parser() -> argparse.ArgumentParser:
     )
     commands = parser.add_subparsers(dest="command", required=True)
     check = commands.add_parser("check", help="model-check a prefix cache against the spec")
-    _what_to_check(check.add_argument_group("what is checked"))
-    _how_long(check.add_argument_group("how long and how wide"))
-    _instead_of_the_search(check.add_argument_group("instead of the search, or before it"))
-    _the_verdict(check.add_argument_group("the verdict"))
+    _what_to_check(check)
+    _how_long(check)
+    _instead_of_the_search(check)
+    _the_verdict(check)
     try:
         from radixkv.driver import drive
     except ImportError:  # radixkv's caches need torch; the kit and `radixkv check` do not
@@ -190,7 +190,8 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _what_to_check(group: argparse._ArgumentGroup) -> None:
+def _what_to_check(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("what is checked")
     group.add_argument("target", nargs="?", help="MODULE:FACTORY (default: radixkv's caches)")
     group.add_argument("--profile", help="an engine's built-in profile, or MODULE:ATTR")
     group.add_argument(
@@ -210,7 +211,8 @@ def _what_to_check(group: argparse._ArgumentGroup) -> None:
     )
 
 
-def _how_long(group: argparse._ArgumentGroup) -> None:
+def _how_long(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("how long and how wide")
     group.add_argument(
         "--budget",
         type=seconds,
@@ -243,7 +245,8 @@ def _how_long(group: argparse._ArgumentGroup) -> None:
     )
 
 
-def _instead_of_the_search(group: argparse._ArgumentGroup) -> None:
+def _instead_of_the_search(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("instead of the search, or before it")
     group.add_argument("--replay", type=Path, help="replay a JSON trace instead of searching")
     group.add_argument(
         "--minimize",
@@ -275,7 +278,8 @@ def _instead_of_the_search(group: argparse._ArgumentGroup) -> None:
     )
 
 
-def _the_verdict(group: argparse._ArgumentGroup) -> None:
+def _the_verdict(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("the verdict")
     group.add_argument(
         "--traces",
         type=Path,

@@ -57,6 +57,11 @@ def rule_set(capabilities: frozenset[str]) -> type[ConformanceMachine]:
     return rules
 
 
+def _checks_receipts(claims: frozenset[str], profile: Profile) -> bool:
+    """Whether the kit judges lock receipts: per-sequence locks whose unlock is checked."""
+    return "unlock_checks" in claims and profile.lock_model == "sets"
+
+
 def probe_adapter(factory: AdapterFactory, profile: Profile) -> Any:
     """One adapter built before any run, to read what it claims (``capabilities``, ``notes``).
 
@@ -118,7 +123,7 @@ def machine_for(
     """
     claims = probe_capabilities(factory, profile) if capabilities is None else capabilities
     rules = _rules_for(claims, profile)
-    receipts = "unlock_checks" in claims and profile.lock_model == "sets"
+    receipts = _checks_receipts(claims, profile)
     watched = tuple(declared(claims, profile.stores, profile.allocation))
     lru = profile.victims.name.startswith("lru")  # recency decides a victim
     session = Session(
@@ -162,8 +167,7 @@ def _rules_for(claims: frozenset[str], profile: Profile) -> type[ConformanceMach
             "capability 'capacity' is a pool the cache allocates from: profile "
             f"{profile.name!r} has the caller allocate (allocation={profile.allocation!r})"
         )
-    receipts = "unlock_checks" in claims and profile.lock_model == "sets"
-    if "relock" in claims and not receipts:
+    if "relock" in claims and not _checks_receipts(claims, profile):
         raise AdapterError(
             "capability 'relock' is a per-sequence lock taken again: it needs "
             f"lock_model='sets' and 'unlock_checks' (profile {profile.name!r} has "

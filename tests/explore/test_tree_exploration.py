@@ -18,6 +18,7 @@ from hypothesis import settings
 from radixkv_conformance import run_conformance
 from radixkv_conformance.adapters import page_trie
 from radixkv_conformance.cli import FAILED, main
+from radixkv_conformance.explore.alphabet import Fixed
 from radixkv_conformance.explore.bounds import PRESETS, TREE, parse_bounds
 from radixkv_conformance.explore.sequences import target
 from radixkv_conformance.explore.states import explore_states
@@ -83,16 +84,31 @@ def test_a_floor_is_a_step_count_zero_or_more() -> None:
             parse_bounds(bad)
 
 
-def test_the_deep_and_wide_stages_have_a_floor_two_steps_lower() -> None:
+def test_the_later_stages_have_lower_floors() -> None:
     narrow, leaves, deep, wide = TREE.stages()
     assert (narrow.namespaces, narrow.floor, narrow.length, narrow.windows) == (1, 5, 2, (1,))
-    # two leaves in one namespace, to the same floor: an eviction chooses between them
+    # two leaves in one namespace, to the same floor: an eviction chooses between them, by
+    # recency or by priority (a re-insert that lowers a page's priority takes four steps)
     assert (leaves.namespaces, leaves.floor, leaves.tokens, leaves.length) == (1, 5, 2, 1)
+    assert leaves.priorities == (0, 1) and narrow.priorities == deep.priorities == (0,)
     # a lock's window across a tombstone under a live page takes keys of three pages, a
-    # window of two and three steps; an eviction across two namespaces takes three steps
+    # window of two and three steps
     assert (deep.namespaces, deep.floor, deep.length, deep.windows) == (1, 3, 3, (2,))
-    assert (wide.namespaces, wide.floor, wide.length, wide.windows) == (2, 3, 2, (1,))
+    # a split upper half that must keep its first-in-first-out place takes four steps in two
+    # namespaces (a key of two pages, one in the other namespace, the split, an eviction)
+    assert (wide.namespaces, wide.floor, wide.length, wide.windows) == (2, 4, 2, (1,))
     assert not any(stage.deeper or stage.leaves for stage in (narrow, leaves, deep, wide))
+
+
+def test_priorities_are_bounds_like_the_others() -> None:
+    bounds = parse_bounds("priorities=0+5", TREE)
+    assert bounds.priorities == (0, 5) and "priorities=0+5" in bounds.text()
+    assert bounds.low() == 6  # a priority keeps its value in a canonical state
+    assert "priorities" not in TREE.text()  # the default, (0,), is not spelled out
+    assert bounds.alphabet().domains["priority"] == Fixed((0, 5))
+    for bad in ("priorities=-1", "priorities=x", "priorities="):
+        with pytest.raises(LookupError, match="expected whole numbers joined by"):
+            parse_bounds(bad)
 
 
 def test_each_finding_is_handed_over_when_found_and_shortest() -> None:

@@ -143,13 +143,14 @@ def add_parser(commands: Any) -> None:
         description=HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    _the_trace(cmd.add_argument_group("the trace"))
-    _the_cache(cmd.add_argument_group("the cache"))
-    _the_events(cmd.add_argument_group("KV events"))
-    _the_sweeps(cmd.add_argument_group("sweeps and plots"))
+    _the_trace(cmd)
+    _the_cache(cmd)
+    _the_events(cmd)
+    _the_sweeps(cmd)
 
 
-def _the_trace(group: argparse._ArgumentGroup) -> None:
+def _the_trace(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("the trace")
     group.add_argument(
         "--seed", type=int, default=0, help="the trace's seed (default: %(default)s)"
     )
@@ -165,7 +166,8 @@ def _the_trace(group: argparse._ArgumentGroup) -> None:
     )
 
 
-def _the_cache(group: argparse._ArgumentGroup) -> None:
+def _the_cache(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("the cache")
     group.add_argument(
         "--cache",
         choices=sorted(CACHES),
@@ -192,7 +194,8 @@ def _the_cache(group: argparse._ArgumentGroup) -> None:
     )
 
 
-def _the_events(group: argparse._ArgumentGroup) -> None:
+def _the_events(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("KV events")
     group.add_argument(
         "--events",
         metavar="ENDPOINT",
@@ -209,7 +212,8 @@ def _the_events(group: argparse._ArgumentGroup) -> None:
     )
 
 
-def _the_sweeps(group: argparse._ArgumentGroup) -> None:
+def _the_sweeps(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("sweeps and plots")
     group.add_argument(
         "--policy-plot",
         metavar="FILE",

@@ -56,6 +56,7 @@ class Bounds:
     deeper: int = 0
     leaves: int = 0
     memory: int = 0  # 1: an adapter without canonical_state is keyed by its memory too
+    priorities: tuple[int, ...] = (0,)  # an insert's eviction priority (capability priority)
     skip: tuple[str, ...] = ()  # rules left out (the random search runs them)
 
     def text(self) -> str:
@@ -71,25 +72,30 @@ class Bounds:
             + (f",deeper={self.deeper}" if self.deeper else "")
             + (f",leaves={self.leaves}" if self.leaves else "")
             + (",memory=1" if self.memory else "")
+            + (f",priorities={many(self.priorities)}" if self.priorities != (0,) else "")
             + (f",skip={'+'.join(self.skip)}" if self.skip else "")
         )
 
     def stages(self) -> tuple[Bounds, ...]:
         """These bounds widened in steps, for a time-boxed exploration: one namespace first
         (the tree's depth comes sooner: two namespaces double every level); then, with
-        ``leaves``, one-page keys over that many token values, to the same floor: a tree of
-        several leaves, whose evictions choose their victim by recency (with one token value
-        every tree is a chain, and an eviction order a match forgot to refresh takes five
-        steps to show: two inserts, an eviction, a match, an eviction); then, with
-        ``deeper``, keys and windows ``deeper`` pages longer in one namespace; then every
-        namespace. The last two stages' floor is two levels lower: what they add takes three
-        steps (an eviction across two namespaces; a lock whose window meets a tombstone
-        with a live page above it), and each of their levels is several times wider."""
+        ``leaves``, one-page keys over that many token values, inserted with a low and a
+        high priority, to the same floor: a tree of several leaves, whose evictions choose
+        their victim by recency or priority (with one token value every tree is a chain, and
+        an eviction order a match forgot to refresh takes five steps to show: two inserts,
+        an eviction, a match, an eviction); then, with ``deeper``, keys and windows
+        ``deeper`` pages longer in one namespace, two levels lower (a lock whose window meets
+        a tombstone with a live page above it takes three steps); then every namespace, one
+        level lower: an eviction across two namespaces takes three steps, and a split whose
+        upper half must keep its place in a first-in-first-out order four (a key of two
+        pages, a key in the other namespace, a split of the first, an eviction). Each level
+        of the last two is several times wider."""
         narrow = dataclasses.replace(self, namespaces=1, deeper=0, leaves=0)
         lower = max(0, self.floor - 2)
         stages = [narrow]
         if self.leaves > self.tokens:  # with fewer, the first stage has these trees
-            stages.append(dataclasses.replace(narrow, tokens=self.leaves, length=1))
+            leaves = dataclasses.replace(narrow, tokens=self.leaves, length=1, priorities=(0, 1))
+            stages.append(leaves)
         if self.deeper:
             longer = tuple(w + self.deeper * p for w in self.windows for p in self.pages[:1])
             stages.append(
@@ -98,14 +104,25 @@ class Bounds:
                 )
             )
         if self.namespaces > 1:
-            stages.append(dataclasses.replace(self, deeper=0, leaves=0, floor=lower))
+            below = max(0, self.floor - 1)
+            stages.append(dataclasses.replace(self, deeper=0, leaves=0, floor=below))
         return tuple(stages)
 
     def low(self) -> int:
         """Numbers below this keep their value in a canonical state: tokens, page sizes,
         windows, lock counts (the bounds admit no larger ones); every other number is an
         identity or a stamp and keeps only its rank."""
-        return max(self.tokens, *self.pages, *self.windows, self.locks, self.namespaces) + 1
+        return (
+            max(
+                self.tokens,
+                *self.pages,
+                *self.windows,
+                self.locks,
+                self.namespaces,
+                *self.priorities,
+            )
+            + 1
+        )
 
     def alphabet(self) -> Alphabet:
         lengths = _lengths(self.length)
@@ -116,6 +133,7 @@ class Bounds:
             **ALPHABET.domains,
             "page_size": Fixed(self.pages),
             "window": Fixed(self.windows),
+            "priority": Fixed(self.priorities),
             "namespace": namespaces,
             "tail": tokens,
             # 0: an eviction of SWA pages or Mamba states alone (a no-op for the rest)
@@ -166,6 +184,8 @@ def _bound_value(key: str, value: str) -> Any:
     if key in ("floor", "deeper", "leaves"):
         unit = {"floor": "step", "deeper": "page", "leaves": "token value"}[key]
         return _number(value, f"a {unit} count, 0 or more", least=0)
+    if key == "priorities":
+        return tuple(_number(v, "whole numbers joined by +", least=0) for v in value.split("+"))
     if key == "skip":
         return tuple(filter(None, value.split("+")))
     if key in ("pages", "windows", "evict"):
@@ -196,10 +216,11 @@ TREE = Bounds(
 """Bounds that admit trees: keys of two pages (so a parent, a split, an interior lock), two
 namespaces, one lock held, evict none, one page and all; no depth cap (a time budget ends
 it), but whatever the budget every sequence is explored of five steps in one namespace, of
-five over two one-page keys (two leaves: an eviction chooses its victim by recency), of
-three with keys of three pages and a window of two (a lock's window that meets a tombstone
-with a live page above it), and of three in two namespaces (every tree situation but
-Mamba's removal after a split is within them). On one core of a 2-core machine the first
+five over two one-page keys inserted with priorities 0 and 1 (two leaves: an eviction
+chooses its victim by recency or priority), of three with keys of three pages and a window
+of two (a lock's window that meets a tombstone with a live page above it), and of four in
+two namespaces (a split beside another leaf; every tree situation but Mamba's removal after
+a split is within them). On one core of a 2-core machine the first
 two floors take 2 to 10 s each for radixkv's caches (SWA the slowest), the later ones 1 to
 3 s. Bad calls and refresh bursts change no tree: the random search runs them, and leaving
 them out here takes a level deeper in the same time."""
