@@ -41,7 +41,9 @@ class Bounds:
     exploration, so what they reach is the same on a fast machine and a loaded one;
     ``deeper`` adds a stage whose keys and windows are that many pages longer, ``leaves`` a
     stage of one-page keys over that many token values (``stages``); ``memory=1`` tells an
-    adapter's states apart by its engine's memory as well as its snapshot (``memory.py``).
+    adapter's states apart by its engine's memory as well as its snapshot (``memory.py``);
+    ``priorities`` are the eviction priorities an insert may carry where the adapter claims
+    capability ``priority`` (the two-leaf stage widens them to 0 and 1).
     """
 
     pages: tuple[int, ...] = (1,)
