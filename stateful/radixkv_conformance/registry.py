@@ -57,11 +57,6 @@ def rule_set(capabilities: frozenset[str]) -> type[ConformanceMachine]:
     return rules
 
 
-def _checks_receipts(claims: frozenset[str], profile: Profile) -> bool:
-    """Whether the kit judges lock receipts: per-sequence locks whose unlock is checked."""
-    return "unlock_checks" in claims and profile.lock_model == "sets"
-
-
 def probe_adapter(factory: AdapterFactory, profile: Profile) -> Any:
     """One adapter built before any run, to read what it claims (``capabilities``, ``notes``).
 
@@ -178,3 +173,8 @@ def _rules_for(claims: frozenset[str], profile: Profile) -> type[ConformanceMach
             "capability 'router_events' is the events stream after a filter: it needs 'events'"
         )
     return rules
+
+
+def _checks_receipts(claims: frozenset[str], profile: Profile) -> bool:
+    """Whether the kit judges lock receipts: per-sequence locks whose unlock is checked."""
+    return "unlock_checks" in claims and profile.lock_model == "sets"

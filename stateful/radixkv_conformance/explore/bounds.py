@@ -43,7 +43,7 @@ class Bounds:
     stage of one-page keys over that many token values (``stages``); ``memory=1`` tells an
     adapter's states apart by its engine's memory as well as its snapshot (``memory.py``);
     ``priorities`` are the eviction priorities an insert may carry where the adapter claims
-    capability ``priority`` (the two-leaf stage widens them to 0 and 1).
+    capability ``priority`` (the two-leaf stage adds 0 and 1 to them).
     """
 
     pages: tuple[int, ...] = (1,)
@@ -96,8 +96,10 @@ class Bounds:
         lower = max(0, self.floor - 2)
         stages = [narrow]
         if self.leaves > self.tokens:  # with fewer, the first stage has these trees
-            leaves = dataclasses.replace(narrow, tokens=self.leaves, length=1, priorities=(0, 1))
-            stages.append(leaves)
+            low_and_high = tuple(sorted({*self.priorities, 0, 1}))
+            stages.append(
+                dataclasses.replace(narrow, tokens=self.leaves, length=1, priorities=low_and_high)
+            )
         if self.deeper:
             longer = tuple(w + self.deeper * p for w in self.windows for p in self.pages[:1])
             stages.append(
@@ -114,17 +116,8 @@ class Bounds:
         """Numbers below this keep their value in a canonical state: tokens, page sizes,
         windows, lock counts (the bounds admit no larger ones); every other number is an
         identity or a stamp and keeps only its rank."""
-        return (
-            max(
-                self.tokens,
-                *self.pages,
-                *self.windows,
-                self.locks,
-                self.namespaces,
-                *self.priorities,
-            )
-            + 1
-        )
+        kept = (self.tokens, *self.pages, *self.windows, self.locks, self.namespaces)
+        return max(*kept, *self.priorities) + 1
 
     def alphabet(self) -> Alphabet:
         lengths = _lengths(self.length)
@@ -222,10 +215,12 @@ five over two one-page keys inserted with priorities 0 and 1 (two leaves: an evi
 chooses its victim by recency or priority), of three with keys of three pages and a window
 of two (a lock's window that meets a tombstone with a live page above it), and of four in
 two namespaces (a split beside another leaf; every tree situation but Mamba's removal after
-a split is within them). On one core of a 2-core machine the first
-two floors take 2 to 10 s each for radixkv's caches (SWA the slowest), the later ones 1 to
-3 s. Bad calls and refresh bursts change no tree: the random search runs them, and leaving
-them out here takes a level deeper in the same time."""
+a split is within them). On one core of a 2-core machine (``radixkv check --budget 10``,
+two caches at a time) the floors take, for radixkv's caches: the first up to 10 s, the
+two-leaf one up to 11 s (the policy caches, whose inserts carry priorities), the one with
+longer keys under 3 s, the two-namespace one up to 23 s (SWA the slowest). Bad calls and
+refresh bursts change no tree: the random search runs them, and leaving them out here takes
+a level deeper in the same time."""
 PRESETS = {
     "tiny": Bounds(),
     "ci": TREE,  # a MODULE:FACTORY's (radixkv's own caches: ``OWN_BOUNDS``)
